@@ -1,0 +1,20 @@
+# Sourced by the other scripts: make sure .venv exists and matches pyproject.toml.
+# Only python3 (>= 3.10) is needed beforehand; everything else comes from PyPI.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3}"
+VENV="$ROOT/.venv"
+EXTRAS="${SKILLSTATE_EXTRAS:-dev,tokens}"
+STAMP="$VENV/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-${EXTRAS//,/_}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "bootstrap: creating .venv with $($PY --version)" >&2
+  "$PY" -m venv "$VENV"
+fi
+if [ ! -f "$STAMP" ]; then
+  echo "bootstrap: installing skillstate[$EXTRAS] into .venv (first run only)" >&2
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null
+  "$VENV/bin/python" -m pip install --quiet -e ".[$EXTRAS]"
+  rm -f "$VENV"/.installed-* && touch "$STAMP"
+fi
+export PATH="$VENV/bin:$PATH"

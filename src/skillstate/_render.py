@@ -1,0 +1,138 @@
+"""Terminal rendering for the CLI (rich). Kept apart so commands stay short."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from skillstate.engine.runtime import StepReport
+    from skillstate.engine.transcript import DecisionTokens
+    from skillstate.events import Event
+    from skillstate.state.model import AgentState
+    from skillstate.store.base import Checkpoint
+
+console = Console(highlight=False, soft_wrap=False)
+errors = Console(stderr=True, highlight=False)
+
+
+def patch_lines(patch: Sequence[dict[str, Any]], width: int = 100) -> list[str]:
+    lines = []
+    for op in patch:
+        value = ""
+        if "value" in op:
+            value = " = " + json.dumps(op["value"], ensure_ascii=False, default=str)
+            if len(value) > width:
+                value = value[: width - 1] + "…"
+        lines.append(f"{op['op']:<7} {op['path']}{value}")
+    return lines
+
+
+class StepPrinter:
+    """Observer that prints each committed step; ``verbose`` adds the view and the diff."""
+
+    def __init__(self, *, verbose: bool) -> None:
+        self.verbose = verbose
+
+    def __call__(self, report: StepReport) -> None:
+        event = report.event
+        if self.verbose and report.view is not None:
+            console.rule(f"decision {event.version}", style="cyan")
+            console.print(
+                Panel(
+                    Text(report.view.text),
+                    title=f"view · {report.view.tokens} tokens ({report.view.tokenizer})",
+                    border_style="dim",
+                )
+            )
+        verdict = ""
+        if event.verdict is not None:
+            verdict = " [green]verified[/]" if event.verdict.ok else " [red]refused[/]"
+        action = json.dumps(event.action, ensure_ascii=False)
+        console.print(f"[bold]v{event.version}[/] {event.actor}: {action}{verdict}")
+        if event.error:
+            console.print(f"  [red]error:[/] {event.error}")
+        if self.verbose:
+            for line in patch_lines(event.patch):
+                console.print(f"  [dim]{line}[/]")
+
+
+def print_state(state: AgentState) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    data = state.model_dump(mode="json")
+    for key in ("task_id", "status", "goal", "current_step", "version", "agent"):
+        table.add_row(key, str(data[key]))
+    if state.question:
+        table.add_row("question", state.question)
+    for c in state.constraints:
+        table.add_row("constraint", c)
+    table.add_row("completed", ", ".join(s.id for s in state.completed_steps) or "-")
+    table.add_row("pending", ", ".join(state.pending_steps) or "-")
+    for name in state.custom_fields():
+        table.add_row(name, json.dumps(data[name], ensure_ascii=False))
+    for key, value in state.facts.items():
+        table.add_row(f"facts.{key}", json.dumps(value, ensure_ascii=False))
+    for e in state.evidence:
+        table.add_row("evidence", f"[{e.source}] {e.summary} {e.ref or ''}")
+    for err in state.errors[-5:]:
+        table.add_row("error", f"{err.kind}: {err.message}")
+    if state.last_decision:
+        d = state.last_decision
+        table.add_row("last_decision", f"{d.action} {d.target or ''} {d.reason}".strip())
+    console.print(Panel(table, title=f"state card · {state.task_id}"))
+
+
+def print_events(events: Sequence[Event]) -> None:
+    table = Table(title="events")
+    for col in ("v", "actor", "action", "verdict", "tokens", "diff"):
+        table.add_column(col)
+    for e in events:
+        verdict = (
+            "-" if e.verdict is None else ("ok" if e.verdict.ok else f"failed: {e.verdict.reason}")
+        )
+        table.add_row(
+            str(e.version),
+            e.actor,
+            e.label,
+            verdict,
+            str(e.view_tokens) if e.view_tokens is not None else "-",
+            "\n".join(patch_lines(e.patch, width=60)),
+        )
+    console.print(table)
+
+
+def print_checkpoints(items: Sequence[Checkpoint], labels: dict[int, str]) -> None:
+    table = Table(title="checkpoints")
+    for col in ("version", "committed at", "by", "status", "step"):
+        table.add_column(col)
+    for c in items:
+        table.add_row(
+            str(c.version),
+            c.created_at.isoformat(timespec="seconds"),
+            labels.get(c.version, "-"),
+            str(c.state.get("status")),
+            str(c.state.get("current_step")),
+        )
+    console.print(table)
+
+
+def print_comparison(rows: Sequence[DecisionTokens], tokenizer: str) -> None:
+    if not rows:
+        return
+    table = Table(title=f"prompt tokens per decision ({tokenizer})")
+    for col in ("decision", "state view", "full history", "view / history"):
+        table.add_column(col, justify="right")
+    for i, r in enumerate(rows, 1):
+        table.add_row(str(i), str(r.state_view), str(r.history), f"{r.state_view / r.history:.2f}")
+    total_view = sum(r.state_view for r in rows)
+    total_hist = sum(r.history for r in rows)
+    table.add_row("total", str(total_view), str(total_hist), f"{total_view / total_hist:.2f}")
+    console.print(table)

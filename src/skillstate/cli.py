@@ -1,0 +1,353 @@
+"""The ``skillstate`` command.
+
+Exit codes: 0 completed (or paused waiting for the user), 1 the task failed,
+2 bad input, 3 version conflict, 4 stopped by the step budget (resumable).
+
+Only typer is imported at start-up; the runtime, stores and rich tables load in
+the commands that use them, so ``skillstate --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from skillstate.engine.agent import Agent
+    from skillstate.engine.runtime import RunResult
+    from skillstate.store.base import Store
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT, EXIT_BUDGET = 0, 1, 2, 3, 4
+DEMOS = ("ticket", "orders")
+
+app = typer.Typer(
+    name="skillstate",
+    help="Run and inspect agents driven by an explicit, persisted state.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Store URL (memory://, sqlite:///path.db). "
+        "Default: $SKILLSTATE_STORE or sqlite:///.skillstate/state.db",
+        show_default=False,
+    ),
+]
+TaskArg = Annotated[str, typer.Argument(help="Task id.", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+InputOpt = Annotated[
+    list[str] | None,
+    typer.Option("--input", "-i", help="A user reply, used when the task asks (repeatable)."),
+]
+MaxStepsOpt = Annotated[
+    int, typer.Option("--max-steps", min=1, help="Decisions to take before stopping.")
+]
+TaskIdOpt = Annotated[str | None, typer.Option("--task-id", help="Task id (default: generated).")]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="One line per step, without views and diffs.")
+]
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _store(url: str | None) -> Store:
+    from skillstate.store import open_store
+
+    return open_store(url)
+
+
+def _agent_for(store: Store, task_id: str) -> Agent:
+    from skillstate.engine.agent import load_agent
+    from skillstate.errors import AgentImportError
+
+    ref = store.load(task_id).state.get("agent")
+    if not ref:
+        raise AgentImportError(f"task {task_id!r} does not record which agent drives it")
+    return load_agent(str(ref))
+
+
+def _drive(
+    agent: Agent,
+    store: Store,
+    task_id: str,
+    *,
+    inputs: list[str],
+    max_steps: int,
+    verbose: bool,
+    compare: bool = False,
+    reply: str | None = None,
+) -> NoReturn:
+    from skillstate._render import StepPrinter, console, print_comparison
+    from skillstate.engine.runtime import Runtime
+
+    runtime = Runtime(agent, store, max_steps=max_steps, observer=StepPrinter(verbose=verbose))
+    if reply is not None:
+        runtime.reply(task_id, reply)
+    result = runtime.run(task_id, inputs=inputs)
+    if compare:
+        from skillstate.engine.transcript import compare_prompts
+        from skillstate.llm.tokens import tokenizer_name
+
+        print_comparison(compare_prompts(store, task_id, agent), tokenizer_name())
+    console.print(_summary(result))
+    raise typer.Exit(_exit_code(result))
+
+
+def _summary(result: RunResult) -> str:
+    state = result.state
+    if result.stopped == "waiting_user":
+        return (
+            f"[yellow]waiting for the user[/] · task {state.task_id}\n"
+            f"question: {state.question}\n"
+            f'answer with: skillstate reply {state.task_id} "..."'
+        )
+    if result.stopped == "max_steps":
+        return (
+            f"[yellow]stopped after {result.steps} steps (--max-steps)[/] · task {state.task_id}; "
+            f"continue with: skillstate resume {state.task_id}"
+        )
+    style = "green" if result.stopped == "completed" else "red"
+    reason = f" · {state.errors[-1].message}" if result.stopped == "failed" and state.errors else ""
+    return f"[{style}]{result.stopped}[/] · task {state.task_id} · version {state.version}{reason}"
+
+
+def _exit_code(result: RunResult) -> int:
+    return {
+        "completed": EXIT_OK,
+        "waiting_user": EXIT_OK,
+        "failed": EXIT_FAILED,
+        "max_steps": EXIT_BUDGET,
+    }[result.stopped]
+
+
+def _new_task_id(agent: Agent, task_id: str | None) -> str:
+    return task_id or f"{agent.name}-{uuid.uuid4().hex[:8]}"
+
+
+def _start(
+    ref: str,
+    *,
+    task_id: str | None,
+    store_url: str | None,
+    inputs: list[str],
+    max_steps: int,
+    verbose: bool,
+    compare: bool,
+) -> NoReturn:
+    from skillstate.engine.agent import load_agent
+    from skillstate.errors import UsageError
+
+    agent = load_agent(ref)
+    store = _store(store_url)
+    task = _new_task_id(agent, task_id)
+    if task in store.tasks():
+        raise UsageError(
+            f"task {task!r} already exists; continue it with: skillstate resume {task}"
+        )
+    _drive(agent, store, task, inputs=inputs, max_steps=max_steps, verbose=verbose, compare=compare)
+
+
+# ---------------------------------------------------------------- commands
+
+
+@app.command()
+def run(
+    agent: Annotated[str, typer.Argument(help="The agent, as MODULE:ATTR.", show_default=False)],
+    task_id: TaskIdOpt = None,
+    store: StoreOpt = None,
+    input: InputOpt = None,
+    max_steps: MaxStepsOpt = 50,
+    quiet: QuietOpt = False,
+) -> None:
+    """Start a new task with an agent and run it until it ends or asks the user."""
+    _start(
+        agent,
+        task_id=task_id,
+        store_url=store,
+        inputs=input or [],
+        max_steps=max_steps,
+        verbose=not quiet,
+        compare=False,
+    )
+
+
+@app.command()
+def demo(
+    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(DEMOS)}.", show_default=False)],
+    task_id: TaskIdOpt = None,
+    store: StoreOpt = None,
+    input: InputOpt = None,
+    max_steps: MaxStepsOpt = 50,
+    quiet: QuietOpt = False,
+    sample: Annotated[
+        bool, typer.Option(help="Use the demo's canned replies when no --input is given.")
+    ] = True,
+) -> None:
+    """Run a bundled example offline, printing views, decisions and diffs."""
+    from skillstate.errors import UsageError
+
+    if name not in DEMOS:
+        raise UsageError(f"unknown demo {name!r}; choose one of: {', '.join(DEMOS)}")
+    ref = f"skillstate.examples.{name}:agent"
+    inputs = input or []
+    if not inputs and sample:
+        from skillstate.engine.agent import load_agent
+
+        inputs = list(load_agent(ref).sample_inputs)
+    _start(
+        ref,
+        task_id=task_id,
+        store_url=store,
+        inputs=inputs,
+        max_steps=max_steps,
+        verbose=not quiet,
+        compare=True,
+    )
+
+
+@app.command()
+def resume(
+    task_id: TaskArg,
+    store: StoreOpt = None,
+    input: InputOpt = None,
+    max_steps: MaxStepsOpt = 50,
+    quiet: QuietOpt = False,
+) -> None:
+    """Continue a task from its stored state (after a stop, a crash or a budget)."""
+    db = _store(store)
+    agent = _agent_for(db, task_id)
+    _drive(agent, db, task_id, inputs=input or [], max_steps=max_steps, verbose=not quiet)
+
+
+@app.command()
+def reply(
+    task_id: TaskArg,
+    text: Annotated[str, typer.Argument(help="The answer to the task's question.")],
+    store: StoreOpt = None,
+    max_steps: MaxStepsOpt = 50,
+    quiet: QuietOpt = False,
+) -> None:
+    """Answer a task waiting for the user, then keep running it."""
+    db = _store(store)
+    agent = _agent_for(db, task_id)
+    _drive(agent, db, task_id, inputs=[], max_steps=max_steps, verbose=not quiet, reply=text)
+
+
+@app.command()
+def show(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Print the state card of a task (--json: the whole state as one JSON object)."""
+    db = _store(store)
+    head = db.load(task_id)
+    if as_json:
+        typer.echo(json.dumps(head.state, ensure_ascii=False, indent=2))
+        return
+    from skillstate._render import print_state
+
+    try:
+        state = _agent_for(db, task_id).parse_state(head.state)
+    except Exception:
+        # Without its agent the card is still readable as the base class.
+        from skillstate.state.model import AgentState
+
+        fields = {k: v for k, v in head.state.items() if k in AgentState.model_fields}
+        state = AgentState.model_validate(fields)
+    print_state(state)
+
+
+@app.command()
+def log(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """One event per committed step: version, action or skill, verdict, JSON Patch diff."""
+    events = _store(store).events(task_id)
+    if as_json:
+        rows = [e.model_dump(mode="json") | {"diff": e.patch} for e in events]
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    from skillstate._render import print_events
+
+    print_events(events)
+
+
+@app.command()
+def view(task_id: TaskArg, store: StoreOpt = None) -> None:
+    """The exact view the next decision would see, with its token count."""
+    from skillstate._render import console
+
+    db = _store(store)
+    agent = _agent_for(db, task_id)
+    rendered = agent.view(agent.parse_state(db.load(task_id).state))
+    console.print(rendered.text, markup=False)
+    console.print(f"[dim]{rendered.tokens} tokens ({rendered.tokenizer})[/]")
+
+
+@app.command()
+def checkpoints(task_id: TaskArg, store: StoreOpt = None) -> None:
+    """Every committed version of a task."""
+    from skillstate._render import print_checkpoints
+
+    db = _store(store)
+    labels = {e.version: f"{e.actor}: {e.label}" for e in db.events(task_id)}
+    print_checkpoints(db.checkpoints(task_id), labels)
+
+
+@app.command()
+def rollback(
+    task_id: TaskArg,
+    to: Annotated[int, typer.Option("--to", help="Version to restore.", show_default=False)],
+    store: StoreOpt = None,
+) -> None:
+    """Restore an earlier version as a new commit (history is kept)."""
+    from skillstate._render import console
+    from skillstate.engine.runtime import rollback_task
+
+    new_version = rollback_task(_store(store), task_id, to)
+    console.print(f"task {task_id} rolled back to version {to} as version {new_version}")
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Console entry point: every failure becomes one line on stderr and an exit code."""
+    sys.exit(_main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
+    from skillstate.errors import SkillstateError, StaleState, UsageError
+
+    try:
+        result = app(args=argv, prog_name="skillstate", standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        _error("aborted")
+        return 130
+    except typer.TyperException as exc:  # bad options and arguments (click's UsageError)
+        _error(exc.format_message().replace("\n", " "))
+        return EXIT_USAGE
+    except StaleState as exc:
+        _error(str(exc))
+        return EXIT_CONFLICT
+    except UsageError as exc:
+        _error(str(exc))
+        return EXIT_USAGE
+    except SkillstateError as exc:
+        _error(str(exc))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        _error("interrupted; the last committed step is kept (skillstate resume continues)")
+        return 130
+    return result if isinstance(result, int) else EXIT_OK
+
+
+def _error(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)

@@ -1,0 +1,93 @@
+"""Records that cross the store boundary: one :class:`Event` per committed version.
+
+An event is the audit line of a step: what was decided, which skill (and version)
+ran, which tools it called, what verify said, and the JSON Patch from the previous
+state. Events are append-only; the state card is their fold.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Actor", "Event", "SkillTransition", "ToolCall", "Verdict", "utcnow"]
+
+Actor = Literal["policy", "user", "human", "runtime"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Verdict(_Record):
+    """The result of a skill's ``verify``: only ``ok`` results are written to state."""
+
+    ok: bool
+    reason: str = ""
+
+    @classmethod
+    def passed(cls, reason: str = "") -> Verdict:
+        return cls(ok=True, reason=reason)
+
+    @classmethod
+    def failed(cls, reason: str) -> Verdict:
+        return cls(ok=False, reason=reason)
+
+
+class ToolCall(_Record):
+    """One tool call made by a skill through its context."""
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    ok: bool = True
+    summary: str = ""
+    """A short rendering of the result (or of the error)."""
+    ref: str | None = None
+    """Artifact ref of the full raw result; the state never holds it."""
+    attempt: int = 1
+    duration_ms: float = 0.0
+
+
+class SkillTransition(_Record):
+    """An explicit change of the active skill (seed 001, §8.6)."""
+
+    from_skill: str | None
+    to_skill: str | None
+    reason: str = ""
+
+
+class Event(_Record):
+    """What one commit did. ``version`` is the version it produced."""
+
+    task_id: str
+    version: int
+    actor: Actor
+    action: dict[str, Any]
+    """The action as JSON: ``{"kind": "call_skill", "skill": ..., "params": ...}`` etc."""
+    step_id: str | None = None
+    skill: str | None = None
+    skill_version: str | None = None
+    verdict: Verdict | None = None
+    attempts: int = 0
+    tool_calls: tuple[ToolCall, ...] = ()
+    skill_transition: SkillTransition | None = None
+    error: str | None = None
+    """The error-log message this event added, if any."""
+    patch: list[dict[str, Any]] = Field(default_factory=list)
+    """RFC 6902 JSON Patch from version - 1 to this version."""
+    view_tokens: int | None = None
+    """Tokens of the prompt view the decision was made from."""
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def label(self) -> str:
+        """A short human name for the event: the skill, or the action kind."""
+        kind = str(self.action.get("kind", "?"))
+        return f"{kind}:{self.skill}" if self.skill else kind

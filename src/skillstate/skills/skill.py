@@ -1,0 +1,278 @@
+"""Skills: reusable, tested units of action with a precondition and a hard check.
+
+A skill is ``when`` (may it run now?), ``run`` (do the work, return an
+:class:`Outcome` of proposed writes), ``verify`` (a real check of the proposed new
+state; only a passing verdict is committed) and an optional ``rollback`` (undo the
+side effects of a failed attempt). ``run`` never mutates the state it is given: it
+returns writes, and the runtime applies them to a copy after ``verify`` passed.
+
+Least privilege: a skill names the state keys it may write (``outputs``) and the
+tools it may call (``tools``); its :class:`SkillContext` hands it only those.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
+
+from pydantic import BaseModel, ConfigDict
+
+from skillstate.errors import ToolNotAllowed, UsageError
+from skillstate.events import ToolCall, Verdict
+from skillstate.state.model import PROTECTED_FIELDS, AgentState, Evidence
+
+if TYPE_CHECKING:
+    from skillstate.store.base import Store
+
+__all__ = ["NoParams", "Outcome", "Skill", "SkillContext", "Verdict"]
+
+P = TypeVar("P", bound=BaseModel)
+S = TypeVar("S", bound=AgentState)
+
+Tool = Callable[..., Any]
+
+
+class NoParams(BaseModel):
+    """The params schema of a skill that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``run`` proposes. Nothing here touches state until ``verify`` passes."""
+
+    writes: Mapping[str, Any] = field(default_factory=dict)
+    """Dotted paths to new values: ``{"facts.total": 42, "priority": "P1"}``."""
+    summary: str = ""
+    """One line for the step record and the log."""
+    evidence: Sequence[Evidence] = ()
+    """Short summaries (with artifact refs) to keep in the bounded evidence buffer."""
+    value: Any = None
+    """Anything else ``verify`` should look at (e.g. a tool's confirmation)."""
+
+
+SUMMARY_CHARS = 160
+
+
+def _summarize(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+
+
+class SkillContext:
+    """What a running skill may touch: its declared tools and the artifact store.
+
+    Every tool call is recorded (args, a summary, and the raw result as an artifact)
+    and ends up in the step's event.
+    """
+
+    def __init__(
+        self,
+        *,
+        skill: str,
+        task_id: str,
+        step_id: str,
+        attempt: int,
+        tools: Mapping[str, Tool],
+        store: Store,
+    ) -> None:
+        self.skill = skill
+        self.task_id = task_id
+        self.step_id = step_id
+        self.attempt = attempt
+        self._tools = dict(tools)
+        self._store = store
+        self.calls: list[ToolCall] = []
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def call(self, tool: str, /, **args: Any) -> Any:
+        """Call a declared tool; its full result is stored as an artifact."""
+        fn = self._tools.get(tool)
+        if fn is None:
+            raise ToolNotAllowed(self.skill, tool, self._tools)
+        started = time.perf_counter()
+        try:
+            result = fn(**args)
+        except Exception as exc:
+            self.calls.append(
+                ToolCall(
+                    tool=tool,
+                    args=args,
+                    ok=False,
+                    summary=f"{type(exc).__name__}: {exc}",
+                    attempt=self.attempt,
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                )
+            )
+            raise
+        raw = result if isinstance(result, str) else json.dumps(result, default=str, indent=1)
+        ref = self._store.put_artifact(raw.encode(), media_type="application/json")
+        self.calls.append(
+            ToolCall(
+                tool=tool,
+                args=args,
+                summary=_summarize(result),
+                ref=ref,
+                attempt=self.attempt,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+        )
+        return result
+
+    def evidence(self, summary: str, *, kind: str = "tool_output") -> Evidence:
+        """Evidence pointing at the raw output of the last tool call."""
+        if not self.calls:
+            raise UsageError("evidence() needs a tool call first")
+        last = self.calls[-1]
+        return Evidence(kind=kind, source=last.tool, summary=summary, ref=last.ref)
+
+    def artifact(self, ref: str) -> bytes:
+        """Read a raw artifact back (e.g. a tool output an earlier step stored)."""
+        return self._store.get_artifact(ref)
+
+    def artifact_json(self, ref: str) -> Any:
+        return json.loads(self.artifact(ref))
+
+
+RunFn = Callable[[S, P, SkillContext], Outcome]
+VerifyFn = Callable[[S, Outcome], "Verdict | bool"]
+WhenFn = Callable[[S], bool]
+RollbackFn = Callable[[S, "Outcome | None", SkillContext], None]
+
+
+def _always(state: Any) -> bool:
+    return True
+
+
+class Skill(Generic[S, P]):
+    """A named unit of action. Usually built with :meth:`SkillRegistry.skill`.
+
+    ``verify`` is required: a skill whose results nobody checks is refused when the
+    agent is built, not discovered later in production.
+    """
+
+    def __init__(
+        self,
+        run: RunFn[S, P],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        version: str = "1",
+        params: type[P] | None = None,
+        outputs: Sequence[str] = (),
+        tools: Sequence[str] = (),
+        reads: Sequence[str] = (),
+        tags: Sequence[str] = (),
+        step: str | None = None,
+        max_retries: int | None = None,
+        verify: VerifyFn[S] | None = None,
+        when: WhenFn[S] | None = None,
+        rollback: RollbackFn[S] | None = None,
+    ) -> None:
+        self.name = name or run.__name__
+        self.description = description or _first_line(run.__doc__) or self.name
+        self.version = version
+        self.params: type[BaseModel] = params or _params_from_annotation(run)
+        bad = [o for o in outputs if o.split(".")[0] in PROTECTED_FIELDS]
+        if bad:
+            raise UsageError(
+                f"skill {self.name!r} declares runtime-owned outputs: {', '.join(bad)} "
+                "(only the runtime writes those)"
+            )
+        if max_retries is not None and max_retries < 0:
+            raise UsageError(f"skill {self.name!r}: max_retries must be >= 0")
+        self.outputs = tuple(outputs)
+        self.tools = tuple(tools)
+        self.reads = tuple(reads)
+        self.tags = tuple(tags)
+        self.step = step
+        self.max_retries = max_retries
+        self._run = run
+        self._verify = verify
+        self._when: WhenFn[S] = when or _always
+        self._rollback = rollback
+
+    # Decorator-style setters, like ``property.setter``:
+    #   @record_priority.verifier
+    #   def _(state, outcome): ...
+    def verifier(self, fn: VerifyFn[S]) -> VerifyFn[S]:
+        self._verify = fn
+        return fn
+
+    def precondition(self, fn: WhenFn[S]) -> WhenFn[S]:
+        self._when = fn
+        return fn
+
+    def rollbacker(self, fn: RollbackFn[S]) -> RollbackFn[S]:
+        self._rollback = fn
+        return fn
+
+    @property
+    def has_verify(self) -> bool:
+        return self._verify is not None
+
+    @property
+    def has_rollback(self) -> bool:
+        return self._rollback is not None
+
+    def when(self, state: S) -> bool:
+        return bool(self._when(state))
+
+    def run(self, state: S, params: P, ctx: SkillContext) -> Outcome:
+        outcome = self._run(state, params, ctx)
+        if isinstance(outcome, Mapping):  # a bare dict of writes is accepted too
+            outcome = Outcome(writes=outcome)
+        if not isinstance(outcome, Outcome):
+            raise TypeError(f"skill {self.name!r} returned {type(outcome).__name__}, not Outcome")
+        return outcome
+
+    def verify(self, state: S, outcome: Outcome) -> Verdict:
+        if self._verify is None:
+            raise UsageError(f"skill {self.name!r} has no verify")
+        verdict = self._verify(state, outcome)
+        if isinstance(verdict, Verdict):
+            return verdict
+        return Verdict(ok=bool(verdict), reason="" if verdict else "verify returned False")
+
+    def rollback(self, state: S, outcome: Outcome | None, ctx: SkillContext) -> None:
+        if self._rollback is not None:
+            self._rollback(state, outcome, ctx)
+
+    def undeclared_writes(self, writes: Mapping[str, Any]) -> list[str]:
+        """The written paths not covered by a declared output (or by a parent of one)."""
+        return [path for path in writes if not any(_covers(o, path) for o in self.outputs)]
+
+    def params_schema(self) -> dict[str, Any]:
+        return self.params.model_json_schema()
+
+    def __repr__(self) -> str:
+        return f"Skill({self.name!r}, version={self.version!r})"
+
+
+def _covers(declared: str, path: str) -> bool:
+    return path == declared or path.startswith(declared + ".")
+
+
+def _first_line(doc: str | None) -> str:
+    return doc.strip().splitlines()[0].strip() if doc and doc.strip() else ""
+
+
+def _params_from_annotation(run: Callable[..., Any]) -> type[BaseModel]:
+    """The params model from ``run``'s second parameter's annotation, else :class:`NoParams`."""
+    try:
+        hints = get_type_hints(run)
+    except Exception:
+        return NoParams
+    names = list(run.__code__.co_varnames[: run.__code__.co_argcount])
+    if len(names) >= 2:
+        hint = hints.get(names[1])
+        if isinstance(hint, type) and issubclass(hint, BaseModel) and hint is not BaseModel:
+            return hint
+    return NoParams

@@ -1,0 +1,248 @@
+"""The state card: everything a decision needs, and nothing it has already consumed.
+
+A task is driven by one :class:`AgentState`. It is immutable: every change makes a
+validated copy (:meth:`AgentState.evolve`, :meth:`AgentState.with_writes`), which is
+what lets the runtime diff two versions, commit them atomically and roll back.
+
+Users extend the card by subclassing with typed fields::
+
+    class TicketState(AgentState):
+        ticket_type: str | None = None
+        priority: Literal["P1", "P2", "P3"] | None = None
+
+The card holds no timestamps on purpose: two runs that take the same decisions end
+in byte-identical states, so "resume gives the same result" is a plain equality.
+Timestamps live in the events.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from enum import Enum
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from skillstate.errors import StateError
+
+__all__ = [
+    "PROTECTED_FIELDS",
+    "AgentState",
+    "Decision",
+    "ErrorEntry",
+    "Evidence",
+    "StepRecord",
+    "TaskStatus",
+]
+
+
+class TaskStatus(str, Enum):
+    """Lifecycle of a task. Only the runtime moves a task between these."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    WAITING_USER = "waiting_user"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StepRecord(_Record):
+    """One committed step of the task."""
+
+    id: str
+    """Unique within the task (``0003-record_priority``); re-applying a known id is a no-op."""
+    step: str
+    """The state-machine step the task was in once this step ran."""
+    action: str
+    """``call_skill``, ``ask_user``, ``reply``, ``finish``, ``fail`` or ``rollback``."""
+    skill: str | None = None
+    """The skill that ran, for ``call_skill``."""
+    summary: str = ""
+    """One line a reader (or a model) can scan."""
+
+
+class Evidence(_Record):
+    """A short summary of a raw artifact; the artifact itself stays in the store."""
+
+    kind: str
+    """What produced it: ``tool_output``, ``user_input``, ``file`` ..."""
+    source: str
+    """Which tool, file or person."""
+    summary: str
+    """A line or two; this is what the prompt view shows."""
+    ref: str | None = None
+    """Content address of the raw artifact (``sha256:...``), fetched only on demand."""
+
+
+class ErrorEntry(_Record):
+    """One entry of the error log."""
+
+    kind: str
+    """``illegal_transition``, ``verify_failed``, ``skill_error``, ``action_rejected``,
+    ``output_not_declared``, ``retries_exhausted``, ``rollback_failed``."""
+    message: str
+    step_id: str | None = None
+    skill: str | None = None
+    attempt: int = 1
+    """Which attempt of the step failed (1-based)."""
+    max_attempts: int = 1
+    """How many attempts the step was allowed."""
+
+
+class Decision(_Record):
+    """The last action the policy took, and why."""
+
+    action: str
+    target: str | None = None
+    """The skill called, the step entered, or ``None``."""
+    reason: str = ""
+
+
+#: Fields only the runtime writes. A skill that declares one of these in
+#: ``outputs`` is refused at definition time.
+PROTECTED_FIELDS = frozenset(
+    {
+        "task_id",
+        "status",
+        "goal",
+        "constraints",
+        "current_step",
+        "completed_steps",
+        "errors",
+        "last_decision",
+        "active_skill",
+        "question",
+        "inbox",
+        "agent",
+        "version",
+        "schema_version",
+    }
+)
+
+
+class AgentState(BaseModel):
+    """The explicit execution state of one task (the "state card")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+    """Bump in a subclass when its fields change incompatibly (migrations key on it)."""
+    MAX_EVIDENCE: ClassVar[int] = 20
+    """Evidence is a bounded buffer: the oldest summaries go first (the refs stay valid)."""
+    MAX_ERRORS: ClassVar[int] = 50
+    """The error log keeps this many entries in state; events keep all of them."""
+
+    task_id: str = Field(min_length=1)
+    status: TaskStatus = TaskStatus.CREATED
+    goal: str = ""
+    constraints: tuple[str, ...] = ()
+    """Hard rules stated once; every prompt view shows all of them."""
+    current_step: str = "init"
+    completed_steps: tuple[StepRecord, ...] = ()
+    pending_steps: tuple[str, ...] = ()
+    """The remaining plan; a label is removed when a skill or step of that name completes."""
+    facts: dict[str, Any] = Field(default_factory=dict)
+    """Key results that later decisions need (small values, not raw tool output)."""
+    evidence: tuple[Evidence, ...] = ()
+    errors: tuple[ErrorEntry, ...] = ()
+    last_decision: Decision | None = None
+    active_skill: str | None = None
+    question: str | None = None
+    """The open question while ``status == waiting_user``."""
+    inbox: str | None = None
+    """The latest user input, shown to the next decision and then consumed."""
+    agent: str | None = None
+    """``module:attr`` of the agent driving this task, so ``resume`` can find it."""
+    version: int = 0
+    """Bumped by every commit; the store's compare-and-set keys on it."""
+    schema_version: int = Field(default=-1, validate_default=True)
+
+    def model_post_init(self, context: Any, /) -> None:
+        # A default of -1 means "this class's current schema"; stored states keep theirs.
+        if self.schema_version == -1:
+            object.__setattr__(self, "schema_version", type(self).SCHEMA_VERSION)
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def step_count(self) -> int:
+        """How many steps have been committed (successful or not)."""
+        return len(self.completed_steps)
+
+    def has_step(self, step_id: str) -> bool:
+        return any(record.id == step_id for record in self.completed_steps)
+
+    @classmethod
+    def custom_fields(cls) -> tuple[str, ...]:
+        """Fields a subclass added to the base card, in declaration order."""
+        return tuple(name for name in cls.model_fields if name not in AgentState.model_fields)
+
+    # ------------------------------------------------------------------ changes
+
+    def evolve(self, **changes: Any) -> AgentState:
+        """A validated copy with ``changes`` applied to top-level fields."""
+        data = self.model_dump(mode="python")
+        data.update(changes)
+        return self._validated(data)
+
+    def with_writes(self, writes: Mapping[str, Any]) -> AgentState:
+        """A validated copy with dotted-path ``writes`` applied (``facts.total`` or a field)."""
+        data = self.model_dump(mode="python")
+        for path, value in writes.items():
+            _set_path(data, path, copy.deepcopy(value))
+        return self._validated(data)
+
+    def with_step(self, record: StepRecord) -> AgentState:
+        """Append ``record`` unless a step with its id is already recorded (idempotent)."""
+        if self.has_step(record.id):
+            return self
+        pending = tuple(p for p in self.pending_steps if p not in {record.skill, record.step})
+        return self.evolve(completed_steps=(*self.completed_steps, record), pending_steps=pending)
+
+    def with_evidence(self, items: Iterable[Evidence]) -> AgentState:
+        merged = (*self.evidence, *items)
+        return self.evolve(evidence=merged[-type(self).MAX_EVIDENCE :])
+
+    def with_error(self, entry: ErrorEntry) -> AgentState:
+        merged = (*self.errors, entry)
+        return self.evolve(errors=merged[-type(self).MAX_ERRORS :])
+
+    def _validated(self, data: dict[str, Any]) -> AgentState:
+        try:
+            return type(self).model_validate(data)
+        except ValidationError as exc:
+            raise StateError(_one_line(exc)) from exc
+
+    def to_json(self) -> dict[str, Any]:
+        """The state as plain JSON types (what stores persist and patches diff)."""
+        return self.model_dump(mode="json")
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    target: Any = data
+    for part in parts[:-1]:
+        if not isinstance(target, dict):
+            raise StateError(f"cannot write {path!r}: {part!r} is not a mapping")
+        target = target.setdefault(part, {})
+        if target is None:
+            raise StateError(f"cannot write {path!r}: {part!r} is empty")
+    if not isinstance(target, dict):
+        raise StateError(f"cannot write {path!r}: its parent is not a mapping")
+    target[parts[-1]] = value
+
+
+def _one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "state"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"invalid state: {where}: {first['msg']}{more}"

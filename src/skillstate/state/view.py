@@ -1,0 +1,181 @@
+"""The prompt view: the compact text a decision is made from.
+
+A view is rendered from the state card alone (plus the skills that apply now), so
+its size depends on the card, not on how many steps came before. Rendering is
+deterministic: the same state gives the same bytes, which makes views diffable,
+cacheable and testable.
+
+Sections are rendered in priority order; with a token budget the lowest-priority
+content goes first (oldest evidence, then older errors, then older completed
+steps). Goal and constraints are never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from skillstate.llm.tokens import count_tokens, tokenizer_name
+from skillstate.state.model import AgentState
+
+if TYPE_CHECKING:
+    from skillstate.skills.skill import Skill
+    from skillstate.state.machine import StateMachine
+
+__all__ = ["View", "render_view"]
+
+RECENT_STEPS = 5
+RECENT_ERRORS = 3
+RECENT_EVIDENCE = 5
+VALUE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class View:
+    """What the policy sees for one decision."""
+
+    state: AgentState
+    text: str
+    """The rendered prompt view, exactly as a model would receive it."""
+    skills: tuple[str, ...]
+    """Names of the skills whose ``when`` holds now."""
+    next_steps: tuple[str, ...]
+    """Steps the machine allows from the current one."""
+    tokens: int = 0
+    tokenizer: str = ""
+    dropped: tuple[str, ...] = field(default_factory=tuple)
+    """What a token budget removed, e.g. ``("evidence[0]",)``."""
+
+    @property
+    def inbox(self) -> str | None:
+        """The latest user input, if the previous step left one."""
+        return self.state.inbox
+
+
+def render_view(
+    state: AgentState,
+    *,
+    machine: StateMachine | None = None,
+    skills: Sequence[Skill[Any, Any]] = (),
+    budget: int | None = None,
+) -> View:
+    """Render ``state`` into a :class:`View`, trimmed to ``budget`` tokens if given."""
+    # A finished task has nothing left to call.
+    applicable = [] if state.status.is_terminal else [s for s in skills if s.when(state)]
+    next_steps = tuple(sorted(machine.allowed(state.current_step))) if machine else ()
+    evidence = list(state.evidence[-RECENT_EVIDENCE:])
+    errors = list(state.errors[-RECENT_ERRORS:])
+    steps = list(state.completed_steps[-RECENT_STEPS:])
+    dropped: list[str] = []
+
+    def build() -> str:
+        return _render(
+            state, applicable, next_steps=next_steps, evidence=evidence, errors=errors, steps=steps
+        )
+
+    text = build()
+    tokens = count_tokens(text)
+    # Trim in priority order until it fits; goal and constraints are never touched.
+    for bucket, name in ((evidence, "evidence"), (errors, "errors"), (steps, "steps")):
+        while budget is not None and tokens > budget and bucket:
+            bucket.pop(0)
+            dropped.append(name)
+            text = build()
+            tokens = count_tokens(text)
+    return View(
+        state=state,
+        text=text,
+        skills=tuple(s.name for s in applicable),
+        next_steps=next_steps,
+        tokens=tokens,
+        tokenizer=tokenizer_name(),
+        dropped=tuple(dropped),
+    )
+
+
+def _render(
+    state: AgentState,
+    applicable: Sequence[Skill[Any, Any]],
+    *,
+    next_steps: Sequence[str],
+    evidence: Sequence[Any],
+    errors: Sequence[Any],
+    steps: Sequence[Any],
+) -> str:
+    lines = [f"## Task {state.task_id}", f"Goal: {state.goal or '(none)'}"]
+    if state.constraints:
+        lines.append("Constraints (hard rules, always apply):")
+        lines += [f"- {c}" for c in state.constraints]
+    lines.append(f"Status: {state.status.value} | step: {state.current_step}")
+    if next_steps:
+        lines.append(f"Allowed next steps: {', '.join(next_steps)}")
+    done = ", ".join(s.id for s in steps)
+    earlier = state.step_count - len(steps)
+    if earlier:
+        done = f"({earlier} earlier) " + done
+    lines.append(f"Completed: {done or 'none'}")
+    if state.pending_steps:
+        lines.append(f"Pending: {', '.join(state.pending_steps)}")
+    fields = _fields(state, applicable)
+    if fields:
+        lines.append("Facts:")
+        lines += [f"- {k}: {v}" for k, v in fields]
+    if state.last_decision:
+        d = state.last_decision
+        target = f" {d.target}" if d.target else ""
+        lines.append(f"Last decision: {d.action}{target}" + (f" ({d.reason})" if d.reason else ""))
+    if evidence:
+        lines.append("Evidence:")
+        lines += [_evidence_line(e) for e in evidence]
+    if errors:
+        lines.append("Recent errors:")
+        lines += [
+            f"- {e.kind}"
+            + (f" in {e.skill}" if e.skill else "")
+            + f" (attempt {e.attempt}/{e.max_attempts}): {e.message}"
+            for e in errors
+        ]
+    if applicable:
+        lines.append("Skills you can call now:")
+        for s in applicable:
+            params = ", ".join(s.params.model_fields) or "no params"
+            lines.append(f"- {s.name}({params}): {s.description}")
+    if state.question:
+        lines.append(f"Open question: {state.question}")
+    if state.inbox is not None:
+        lines.append(f"User input: {state.inbox}")
+    return "\n".join(lines)
+
+
+def _fields(state: AgentState, applicable: Sequence[Skill[Any, Any]]) -> list[tuple[str, str]]:
+    """Typed custom fields and facts. If every applicable skill declares ``reads``,
+    only the facts they read are shown."""
+    reads: set[str] | None = None
+    if applicable and all(s.reads for s in applicable):
+        reads = {r for s in applicable for r in s.reads}
+    out: list[tuple[str, str]] = []
+    for name in state.custom_fields():
+        value = getattr(state, name)
+        if value is None or (reads is not None and name not in reads):
+            continue
+        out.append((name, _short(value)))
+    for key, value in state.facts.items():
+        if reads is not None and f"facts.{key}" not in reads and key not in reads:
+            continue
+        out.append((key, _short(value)))
+    return out
+
+
+def _evidence_line(e: Any) -> str:
+    # A short ref prefix is enough for a human to match it in `skillstate log`.
+    ref = f" ({e.ref[:19]})" if e.ref else ""
+    return f"- [{e.source}] {e.summary}{ref}"
+
+
+def _short(value: Any) -> str:
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(mode="json")
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"

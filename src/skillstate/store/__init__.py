@@ -1,0 +1,41 @@
+"""Stores, chosen by URL. Backends are imported only when their URL is opened."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import cast
+
+from skillstate.errors import InvalidStoreURL
+from skillstate.store.base import Checkpoint, Store
+
+__all__ = ["DEFAULT_STORE_URL", "Checkpoint", "Store", "default_store_url", "open_store"]
+
+DEFAULT_STORE_URL = "sqlite:///.skillstate/state.db"
+
+# scheme -> "module:factory"; a factory takes the URL. Later backends add a line here.
+_BACKENDS: dict[str, str] = {
+    "memory": "skillstate.store.memory:MemoryStore",
+    "sqlite": "skillstate.store.sqlite:SQLiteStore.from_url",
+}
+
+
+def default_store_url() -> str:
+    """``$SKILLSTATE_STORE`` if set, else the SQLite file under ``.skillstate/``."""
+    return os.environ.get("SKILLSTATE_STORE") or DEFAULT_STORE_URL
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open the store a URL names: ``memory://``, ``sqlite:///path.db``."""
+    url = url or default_store_url()
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme not in _BACKENDS:
+        known = ", ".join(f"{s}://" for s in _BACKENDS)
+        raise InvalidStoreURL(f"unsupported store URL {url!r}; expected one of: {known}")
+    module_name, _, attr = _BACKENDS[scheme].partition(":")
+    target: object = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    factory = cast("Callable[[str], Store]", target)
+    return factory(url)
