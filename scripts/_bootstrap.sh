@@ -13,8 +13,13 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if [ ! -f "$STAMP" ]; then
   echo "bootstrap: installing skillstate[$EXTRAS] into .venv (first run only)" >&2
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip >/dev/null
-  "$VENV/bin/python" -m pip install --quiet -e ".[$EXTRAS]"
+  LOG="$VENV/install.log"
+  if ! { "$VENV/bin/python" -m pip install --upgrade pip &&
+         "$VENV/bin/python" -m pip install -e ".[$EXTRAS]"; } >"$LOG" 2>&1; then
+    tail -20 "$LOG" >&2
+    echo "bootstrap: pip install failed; full log in $LOG" >&2
+    exit 1
+  fi
   rm -f "$VENV"/.installed-* && touch "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

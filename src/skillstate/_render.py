@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -55,12 +56,13 @@ class StepPrinter:
         if event.verdict is not None:
             verdict = " [green]verified[/]" if event.verdict.ok else " [red]refused[/]"
         action = json.dumps(event.action, ensure_ascii=False)
-        console.print(f"[bold]v{event.version}[/] {event.actor}: {action}{verdict}")
+        # Anything that came from a user, a model or a tool is escaped: it is not markup.
+        console.print(f"[bold]v{event.version}[/] {event.actor}: {escape(action)}{verdict}")
         if event.error:
-            console.print(f"  [red]error:[/] {event.error}")
+            console.print(f"  [red]error:[/] {escape(event.error)}")
         if self.verbose:
             for line in patch_lines(event.patch):
-                console.print(f"  [dim]{line}[/]")
+                console.print(f"  [dim]{escape(line)}[/]")
 
 
 def print_state(state: AgentState) -> None:
@@ -68,26 +70,30 @@ def print_state(state: AgentState) -> None:
     table.add_column(style="bold")
     table.add_column()
     data = state.model_dump(mode="json")
+
+    def row(key: str, value: str) -> None:
+        table.add_row(Text(key), Text(value))  # Text: card values are data, never markup
+
     for key in ("task_id", "status", "goal", "current_step", "version", "agent"):
-        table.add_row(key, str(data[key]))
+        row(key, str(data[key]))
     if state.question:
-        table.add_row("question", state.question)
+        row("question", state.question)
     for c in state.constraints:
-        table.add_row("constraint", c)
-    table.add_row("completed", ", ".join(s.id for s in state.completed_steps) or "-")
-    table.add_row("pending", ", ".join(state.pending_steps) or "-")
+        row("constraint", c)
+    row("completed", ", ".join(s.id for s in state.completed_steps) or "-")
+    row("pending", ", ".join(state.pending_steps) or "-")
     for name in state.custom_fields():
-        table.add_row(name, json.dumps(data[name], ensure_ascii=False))
+        row(name, json.dumps(data[name], ensure_ascii=False))
     for key, value in state.facts.items():
-        table.add_row(f"facts.{key}", json.dumps(value, ensure_ascii=False))
+        row(f"facts.{key}", json.dumps(value, ensure_ascii=False))
     for e in state.evidence:
-        table.add_row("evidence", f"[{e.source}] {e.summary} {e.ref or ''}")
+        row("evidence", f"[{e.source}] {e.summary} {e.ref or ''}")
     for err in state.errors[-5:]:
-        table.add_row("error", f"{err.kind}: {err.message}")
+        row("error", f"{err.kind}: {err.message}")
     if state.last_decision:
         d = state.last_decision
-        table.add_row("last_decision", f"{d.action} {d.target or ''} {d.reason}".strip())
-    console.print(Panel(table, title=f"state card · {state.task_id}"))
+        row("last_decision", f"{d.action} {d.target or ''} {d.reason}".strip())
+    console.print(Panel(table, title=escape(f"state card · {state.task_id}")))
 
 
 def print_events(events: Sequence[Event]) -> None:
@@ -98,7 +104,7 @@ def print_events(events: Sequence[Event]) -> None:
         verdict = (
             "-" if e.verdict is None else ("ok" if e.verdict.ok else f"failed: {e.verdict.reason}")
         )
-        table.add_row(
+        cells = (
             str(e.version),
             e.actor,
             e.label,
@@ -106,6 +112,7 @@ def print_events(events: Sequence[Event]) -> None:
             str(e.view_tokens) if e.view_tokens is not None else "-",
             "\n".join(patch_lines(e.patch, width=60)),
         )
+        table.add_row(*(Text(c) for c in cells))
     console.print(table)
 
 

@@ -104,21 +104,25 @@ def _drive(
 
 
 def _summary(result: RunResult) -> str:
+    from rich.markup import escape
+
     state = result.state
+    task = escape(state.task_id)
     if result.stopped == "waiting_user":
         return (
-            f"[yellow]waiting for the user[/] · task {state.task_id}\n"
-            f"question: {state.question}\n"
-            f'answer with: skillstate reply {state.task_id} "..."'
+            f"[yellow]waiting for the user[/] · task {task}\n"
+            f"question: {escape(state.question or '')}\n"
+            f'answer with: skillstate reply {task} "..."'
         )
     if result.stopped == "max_steps":
         return (
-            f"[yellow]stopped after {result.steps} steps (--max-steps)[/] · task {state.task_id}; "
-            f"continue with: skillstate resume {state.task_id}"
+            f"[yellow]stopped after {result.steps} steps (--max-steps)[/] · task {task}; "
+            f"continue with: skillstate resume {task}"
         )
     style = "green" if result.stopped == "completed" else "red"
-    reason = f" · {state.errors[-1].message}" if result.stopped == "failed" and state.errors else ""
-    return f"[{style}]{result.stopped}[/] · task {state.task_id} · version {state.version}{reason}"
+    failed = result.stopped == "failed" and state.errors
+    reason = f" · {escape(state.errors[-1].message)}" if failed else ""
+    return f"[{style}]{result.stopped}[/] · task {task} · version {state.version}{reason}"
 
 
 def _exit_code(result: RunResult) -> int:

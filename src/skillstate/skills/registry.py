@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pydantic import BaseModel
+from typing_extensions import Unpack
 
 from skillstate.errors import UsageError
-from skillstate.skills.skill import RollbackFn, RunFn, Skill, VerifyFn, WhenFn
+from skillstate.skills.skill import RunFn, Skill, SkillOptions
 from skillstate.state.model import AgentState
 
 __all__ = ["SkillRegistry"]
@@ -40,42 +40,15 @@ class SkillRegistry:
         return item
 
     def skill(
-        self,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        version: str = "1",
-        params: type[BaseModel] | None = None,
-        outputs: Sequence[str] = (),
-        tools: Sequence[str] = (),
-        reads: Sequence[str] = (),
-        tags: Sequence[str] = (),
-        step: str | None = None,
-        max_retries: int | None = None,
-        verify: VerifyFn[Any] | None = None,
-        when: WhenFn[Any] | None = None,
-        rollback: RollbackFn[Any] | None = None,
+        self, **options: Unpack[SkillOptions]
     ) -> Callable[[RunFn[Any, Any]], Skill[Any, Any]]:
-        """Declare the decorated function as a skill's ``run`` and register it."""
+        """Declare the decorated function as a skill's ``run`` and register it.
+
+        Takes the keyword options of :class:`Skill` (``outputs``, ``tools``, ``step``…).
+        """
 
         def decorate(run: RunFn[Any, Any]) -> Skill[Any, Any]:
-            made: Skill[Any, Any] = Skill(
-                run,
-                name=name,
-                description=description,
-                version=version,
-                params=params,
-                outputs=outputs,
-                tools=tools,
-                reads=reads,
-                tags=tags,
-                step=step,
-                max_retries=max_retries,
-                verify=verify,
-                when=when,
-                rollback=rollback,
-            )
-            return self.register(made)
+            return self.register(Skill(run, **options))
 
         return decorate
 

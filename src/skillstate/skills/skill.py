@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,7 +27,7 @@ from skillstate.state.model import PROTECTED_FIELDS, AgentState, Evidence
 if TYPE_CHECKING:
     from skillstate.store.base import Store
 
-__all__ = ["NoParams", "Outcome", "Skill", "SkillContext", "Verdict"]
+__all__ = ["NoParams", "Outcome", "Skill", "SkillContext", "SkillOptions", "Verdict"]
 
 P = TypeVar("P", bound=BaseModel)
 S = TypeVar("S", bound=AgentState)
@@ -151,6 +151,24 @@ def _always(state: Any) -> bool:
     return True
 
 
+class SkillOptions(TypedDict, total=False):
+    """The keyword options of :class:`Skill` (and of ``SkillRegistry.skill``)."""
+
+    name: str | None
+    description: str | None
+    version: str
+    params: type[BaseModel] | None
+    outputs: Sequence[str]
+    tools: Sequence[str]
+    reads: Sequence[str]
+    tags: Sequence[str]
+    step: str | None
+    max_retries: int | None
+    verify: VerifyFn[Any] | None
+    when: WhenFn[Any] | None
+    rollback: RollbackFn[Any] | None
+
+
 class Skill(Generic[S, P]):
     """A named unit of action. Usually built with :meth:`SkillRegistry.skill`.
 
@@ -165,7 +183,7 @@ class Skill(Generic[S, P]):
         name: str | None = None,
         description: str | None = None,
         version: str = "1",
-        params: type[P] | None = None,
+        params: type[BaseModel] | None = None,
         outputs: Sequence[str] = (),
         tools: Sequence[str] = (),
         reads: Sequence[str] = (),
