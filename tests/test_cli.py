@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,9 @@ BAD_INPUT = [
     "run skillstate.examples.ticket:agent --max-steps 0 --store {empty}",
     "rollback x --to notanint --store {empty}",
     "show --store {empty}",
+    "show x --store sqlite:////dev/null/x.db",
+    "show x --store sqlite:///{junk}",
+    "run skillstate.examples.ticket:agent --task-id '' --store {empty}",
 ]
 # Environment that would make rich emit colours or change the layout under pytest.
 _RICH_ENV = ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERM", "COLUMNS")
@@ -189,10 +193,13 @@ def _stage_orders(base: Path) -> StagedOrders:
 
 
 def _bad_input(cwd: Path, command: str) -> tuple[int, str, str]:
-    """Run one bad-input command; ``{empty}`` becomes an empty SQLite file of its own."""
+    """Run one bad-input command; ``{empty}`` becomes an empty SQLite file of its own,
+    ``{junk}`` a file that is not a database."""
     (cwd / "empty.db").touch()
+    (cwd / "junk.db").write_text("not a database\n" * 100)
     empty = store_url(cwd, "empty.db")
-    return run_cli(cwd, *(arg.replace("{empty}", empty) for arg in command.split()))
+    args = (arg.replace("{empty}", empty) for arg in shlex.split(command))
+    return run_cli(cwd, *(arg.replace("{junk}", "junk.db") for arg in args))
 
 
 @pytest.fixture(scope="module")
@@ -333,7 +340,7 @@ def test_reply_text_with_brackets_is_printed_literally(
     assert_no_traceback(out, err)
     assert code == 0, err
     assert "[/] P3" in out
-    assert show_json(tmp_path, "t1", store)["status"] == "completed"
+    assert head_state(store, "t1")["status"] == "completed"
 
 
 def test_view_prints_text_and_token_count(tmp_path: Path, staged_ticket: StagedTicket) -> None:
@@ -363,8 +370,9 @@ def test_resume_continues_task_stopped_by_max_steps(
 
     code, out, err = staged_orders.resumed
     assert code == 0, err
+    assert out.strip().splitlines()[-1].startswith("completed")
     store = clone_store(staged_orders.base, tmp_path)
-    state = show_json(tmp_path, "o1", store)
+    state = head_state(store, "o1")
     assert state["status"] == "completed"
     assert state["max_amount"] == 3299.0
 

@@ -128,3 +128,23 @@ def test_public_api_is_complete() -> None:
     modules = {"cli", "engine", "errors", "events", "examples", "llm", "skills", "state", "store"}
     modules.add("annotations")  # from __future__ import annotations
     assert set(skillstate.__all__) - {"__version__"} == public - modules
+
+
+def test_every_public_name_resolves() -> None:
+    """Each lazily exported name imports and is what its module defines."""
+    for name in skillstate.__all__:
+        assert getattr(skillstate, name) is not None
+    assert set(skillstate._EXPORTS) == set(skillstate.__all__) - {"__version__"}
+
+
+def test_cli_import_stays_light() -> None:
+    """Importing the CLI does not import pydantic models or the runtime."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, skillstate.cli; "
+        "print(sorted(m for m in sys.modules if m.startswith(('skillstate.engine', 'pydantic'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -8,40 +8,112 @@ rolled back and resumed.
 
 from __future__ import annotations
 
-from skillstate.engine.actions import Action, AskUser, CallSkill, Fail, Finish, parse_action
-from skillstate.engine.agent import Agent, load_agent
-from skillstate.engine.policy import Policy, ScriptedPolicy
-from skillstate.engine.runtime import RunResult, Runtime, StepReport, rollback_task
-from skillstate.errors import (
-    ActionRejected,
-    AgentImportError,
-    ArtifactNotFound,
-    IllegalTransition,
-    InvalidStoreURL,
-    MissingExtra,
-    OutputNotDeclared,
-    SkillstateError,
-    StaleState,
-    StateError,
-    StoreError,
-    TaskNotFound,
-    ToolNotAllowed,
-    UsageError,
-)
-from skillstate.events import Event, SkillTransition, ToolCall, Verdict
-from skillstate.skills.registry import SkillRegistry
-from skillstate.skills.skill import NoParams, Outcome, Skill, SkillContext
-from skillstate.state.machine import StateMachine
-from skillstate.state.model import (
-    AgentState,
-    Decision,
-    ErrorEntry,
-    Evidence,
-    StepRecord,
-    TaskStatus,
-)
-from skillstate.state.view import View, render_view
-from skillstate.store import Checkpoint, Store, open_store
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Names are imported on first use, so `import skillstate.cli` (and `skillstate --help`)
+# does not pay for pydantic models it will not touch.
+_EXPORTS: dict[str, str] = {
+    "Action": "skillstate.engine.actions",
+    "AskUser": "skillstate.engine.actions",
+    "CallSkill": "skillstate.engine.actions",
+    "Fail": "skillstate.engine.actions",
+    "Finish": "skillstate.engine.actions",
+    "parse_action": "skillstate.engine.actions",
+    "Agent": "skillstate.engine.agent",
+    "load_agent": "skillstate.engine.agent",
+    "Policy": "skillstate.engine.policy",
+    "ScriptedPolicy": "skillstate.engine.policy",
+    "RunResult": "skillstate.engine.runtime",
+    "Runtime": "skillstate.engine.runtime",
+    "StepReport": "skillstate.engine.runtime",
+    "rollback_task": "skillstate.engine.runtime",
+    "ActionRejected": "skillstate.errors",
+    "AgentImportError": "skillstate.errors",
+    "ArtifactNotFound": "skillstate.errors",
+    "IllegalTransition": "skillstate.errors",
+    "InvalidStoreURL": "skillstate.errors",
+    "MissingExtra": "skillstate.errors",
+    "OutputNotDeclared": "skillstate.errors",
+    "SkillstateError": "skillstate.errors",
+    "StaleState": "skillstate.errors",
+    "StateError": "skillstate.errors",
+    "StoreError": "skillstate.errors",
+    "TaskNotFound": "skillstate.errors",
+    "ToolNotAllowed": "skillstate.errors",
+    "UsageError": "skillstate.errors",
+    "Event": "skillstate.events",
+    "SkillTransition": "skillstate.events",
+    "ToolCall": "skillstate.events",
+    "Verdict": "skillstate.events",
+    "SkillRegistry": "skillstate.skills.registry",
+    "NoParams": "skillstate.skills.skill",
+    "Outcome": "skillstate.skills.skill",
+    "Skill": "skillstate.skills.skill",
+    "SkillContext": "skillstate.skills.skill",
+    "StateMachine": "skillstate.state.machine",
+    "AgentState": "skillstate.state.model",
+    "Decision": "skillstate.state.model",
+    "ErrorEntry": "skillstate.state.model",
+    "Evidence": "skillstate.state.model",
+    "StepRecord": "skillstate.state.model",
+    "TaskStatus": "skillstate.state.model",
+    "View": "skillstate.state.view",
+    "render_view": "skillstate.state.view",
+    "Checkpoint": "skillstate.store",
+    "Store": "skillstate.store",
+    "open_store": "skillstate.store",
+}
+
+if TYPE_CHECKING:
+    from skillstate.engine.actions import Action, AskUser, CallSkill, Fail, Finish, parse_action
+    from skillstate.engine.agent import Agent, load_agent
+    from skillstate.engine.policy import Policy, ScriptedPolicy
+    from skillstate.engine.runtime import RunResult, Runtime, StepReport, rollback_task
+    from skillstate.errors import (
+        ActionRejected,
+        AgentImportError,
+        ArtifactNotFound,
+        IllegalTransition,
+        InvalidStoreURL,
+        MissingExtra,
+        OutputNotDeclared,
+        SkillstateError,
+        StaleState,
+        StateError,
+        StoreError,
+        TaskNotFound,
+        ToolNotAllowed,
+        UsageError,
+    )
+    from skillstate.events import Event, SkillTransition, ToolCall, Verdict
+    from skillstate.skills.registry import SkillRegistry
+    from skillstate.skills.skill import NoParams, Outcome, Skill, SkillContext
+    from skillstate.state.machine import StateMachine
+    from skillstate.state.model import (
+        AgentState,
+        Decision,
+        ErrorEntry,
+        Evidence,
+        StepRecord,
+        TaskStatus,
+    )
+    from skillstate.state.view import View, render_view
+    from skillstate.store import Checkpoint, Store, open_store
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'skillstate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 

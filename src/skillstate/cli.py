@@ -10,6 +10,7 @@ the commands that use them, so ``skillstate --help`` stays fast.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -135,7 +136,13 @@ def _exit_code(result: RunResult) -> int:
 
 
 def _new_task_id(agent: Agent, task_id: str | None) -> str:
-    return task_id or f"{agent.name}-{uuid.uuid4().hex[:8]}"
+    from skillstate.errors import UsageError
+
+    if task_id is None:
+        return f"{agent.name}-{uuid.uuid4().hex[:8]}"
+    if not task_id.strip() or any(c.isspace() or not c.isprintable() for c in task_id):
+        raise UsageError(f"invalid --task-id {task_id!r}: use printable characters, no spaces")
+    return task_id
 
 
 def _start(
@@ -350,6 +357,12 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         _error("interrupted; the last committed step is kept (skillstate resume continues)")
         return 130
+    except Exception as exc:
+        # A bug (ours or in an agent's code): still one line, unless asked for the trace.
+        if os.environ.get("SKILLSTATE_DEBUG"):
+            raise
+        _error(f"unexpected {type(exc).__name__}: {exc} (SKILLSTATE_DEBUG=1 shows the traceback)")
+        return EXIT_FAILED
     return result if isinstance(result, int) else EXIT_OK
 
 

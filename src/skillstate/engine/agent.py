@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from skillstate.engine.policy import Policy
 from skillstate.errors import AgentImportError, UsageError
 from skillstate.skills.registry import SkillRegistry
@@ -80,7 +82,14 @@ class Agent:
             "agent": self.ref,
         }
         base.update(fields)
-        return self.state_type.model_validate(base)
+        try:
+            return self.state_type.model_validate(base)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "state"
+            raise UsageError(
+                f"invalid initial state for task {task_id!r}: {where}: {first['msg']}"
+            ) from exc
 
     def parse_state(self, data: Mapping[str, Any]) -> AgentState:
         return self.state_type.model_validate(dict(data))

@@ -19,7 +19,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from skillstate.errors import ArtifactNotFound, StaleState, StoreError, TaskNotFound
+from skillstate.errors import (
+    ArtifactNotFound,
+    InvalidStoreURL,
+    StaleState,
+    StoreError,
+    TaskNotFound,
+)
 from skillstate.events import Event, utcnow
 from skillstate.store.base import Checkpoint, artifact_ref, check_commit
 
@@ -65,9 +71,9 @@ class SQLiteStore:
     def __init__(self, path: str | Path, *, url: str | None = None) -> None:
         self.path = str(path)
         self.url = url or f"sqlite:///{self.path}"
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: we issue BEGIN ourselves, so the lock mode is explicit.
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
@@ -77,8 +83,9 @@ class SQLiteStore:
             # commits but never half of one.
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA busy_timeout=30000")
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        except (OSError, sqlite3.Error) as exc:
+            # A path that cannot hold a database is bad input, not a backend fault.
+            raise InvalidStoreURL(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._lock = threading.RLock()
         self.setup()
 
@@ -87,8 +94,6 @@ class SQLiteStore:
         rest = url.split("://", 1)[1]
         path = rest[1:] if rest.startswith("/") else rest
         if not path:
-            from skillstate.errors import InvalidStoreURL
-
             raise InvalidStoreURL(f"{url!r} names no database file (try sqlite:///state.db)")
         return cls(path, url=url)
 
