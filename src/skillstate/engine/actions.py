@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from skillstate._validation import first_error
 from skillstate.errors import ActionRejected
 
 __all__ = [
@@ -74,9 +75,7 @@ def parse_action(data: Any) -> Action:
             return _ADAPTER.validate_json(data)
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "action"
-        raise ActionRejected(f"invalid action: {where}: {first['msg']}") from exc
+        raise ActionRejected(f"invalid action: {first_error(exc, 'action')}") from exc
 
 
 def action_json_schema() -> dict[str, Any]:

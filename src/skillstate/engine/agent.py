@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from skillstate._validation import first_error
 from skillstate.engine.policy import Policy
 from skillstate.errors import AgentImportError, UsageError
 from skillstate.skills.registry import SkillRegistry
@@ -85,10 +86,8 @@ class Agent:
         try:
             return self.state_type.model_validate(base)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "state"
             raise UsageError(
-                f"invalid initial state for task {task_id!r}: {where}: {first['msg']}"
+                f"invalid initial state for task {task_id!r}: {first_error(exc, 'state')}"
             ) from exc
 
     def parse_state(self, data: Mapping[str, Any]) -> AgentState:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from skillstate._validation import first_error
 from skillstate.engine.actions import Action, AskUser, CallSkill, Fail, Finish
 from skillstate.engine.agent import Agent
 from skillstate.errors import (
@@ -200,10 +201,8 @@ class Runtime:
         try:
             params = skill.params.model_validate(action.params)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "params"
             raise ActionRejected(
-                f"invalid params for {skill.name!r}: {where}: {first['msg']}"
+                f"invalid params for {skill.name!r}: {first_error(exc, 'params')}"
             ) from exc
         target = action.next_step or skill.step
         if target is not None:

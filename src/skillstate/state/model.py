@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from skillstate._validation import first_error
 from skillstate.errors import StateError
 
 __all__ = [
@@ -220,7 +221,7 @@ class AgentState(BaseModel):
         try:
             return type(self).model_validate(data)
         except ValidationError as exc:
-            raise StateError(_one_line(exc)) from exc
+            raise StateError(f"invalid state: {first_error(exc, 'state')}") from exc
 
     def to_json(self) -> dict[str, Any]:
         """The state as plain JSON types (what stores persist and patches diff)."""
@@ -239,10 +240,3 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
     if not isinstance(target, dict):
         raise StateError(f"cannot write {path!r}: its parent is not a mapping")
     target[parts[-1]] = value
-
-
-def _one_line(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "state"
-    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"invalid state: {where}: {first['msg']}{more}"
