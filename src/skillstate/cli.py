@@ -135,6 +135,16 @@ def _exit_code(result: RunResult) -> int:
     }[result.stopped]
 
 
+def _exists(store: Store, task_id: str) -> bool:
+    from skillstate.errors import TaskNotFound
+
+    try:
+        store.load(task_id)
+    except TaskNotFound:
+        return False
+    return True
+
+
 def _new_task_id(agent: Agent, task_id: str | None) -> str:
     from skillstate.errors import UsageError
 
@@ -161,7 +171,7 @@ def _start(
     agent = load_agent(ref)
     store = _store(store_url)
     task = _new_task_id(agent, task_id)
-    if task in store.tasks():
+    if _exists(store, task):
         raise UsageError(
             f"task {task!r} already exists; continue it with: skillstate resume {task}"
         )

@@ -26,6 +26,7 @@ from skillstate.errors import (
     IllegalTransition,
     OutputNotDeclared,
     StateError,
+    TaskNotFound,
     ToolNotAllowed,
     UsageError,
 )
@@ -123,7 +124,9 @@ class Runtime:
         """
         budget = max_steps if max_steps is not None else self.max_steps
         queue = list(inputs)
-        if task_id not in self.store.tasks():
+        try:
+            self.store.load(task_id)
+        except TaskNotFound:
             self.start(task_id)
         steps = 0
         while True:
