@@ -142,7 +142,7 @@ class Runtime:
                 continue
             if steps >= budget:
                 return RunResult(state, "max_steps", steps)
-            self.step(task_id)
+            self._step(state)  # decide from the state just loaded: one read per step
             steps += 1
 
     def reply(self, task_id: str, text: str) -> AgentState:
@@ -158,7 +158,10 @@ class Runtime:
 
     def step(self, task_id: str) -> StepReport:
         """Take exactly one decision on a running task and commit it."""
-        state = self.load(task_id)
+        return self._step(self.load(task_id))
+
+    def _step(self, state: AgentState) -> StepReport:
+        task_id = state.task_id
         if state.status.is_terminal or state.status is TaskStatus.WAITING_USER:
             raise UsageError(f"task {task_id!r} cannot step (status: {state.status.value})")
         view = self.agent.view(state)
