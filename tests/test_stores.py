@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from skillstate.errors import InvalidStoreURL
+from skillstate.errors import InvalidStoreURL, StateCorrupted
 from skillstate.events import Event
 from skillstate.store import DEFAULT_STORE_URL, default_store_url, open_store
 from skillstate.store.memory import MemoryStore
-from skillstate.store.sqlite import SQLiteStore
+from skillstate.store.sqlite import MIGRATIONS, SQLiteStore
 
 
 def _commit(store: SQLiteStore, task_id: str) -> None:
@@ -67,7 +69,7 @@ class TestSQLite:
         for _ in range(3):
             store = SQLiteStore(tmp_path / "s.db")
             store.setup()
-            assert store.schema_versions() == [1]
+            assert store.schema_versions() == [1, 2]
             store.close()
 
     def test_wal_mode(self, tmp_path: Path) -> None:
@@ -75,4 +77,47 @@ class TestSQLite:
         store = SQLiteStore(tmp_path / "s.db")
         mode = store._conn.execute("PRAGMA journal_mode").fetchone()[0]
         assert mode == "wal"
+        store.close()
+
+    def test_schema_1_database_is_upgraded_in_place(self, tmp_path: Path) -> None:
+        """A database written by schema 1 (full copies) loads and keeps working after upgrade."""
+        path = tmp_path / "old.db"
+        conn = sqlite3.connect(path)
+        conn.executescript(MIGRATIONS[0][1])
+        conn.execute(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)"
+        )
+        conn.execute("INSERT INTO schema_migrations VALUES (1, '2026-11-30T00:00:00+00:00')")
+        at = "2026-11-30T00:00:00+00:00"
+        for v in (1, 2):
+            state = {"task_id": "t", "version": v, "facts": {"n": v}}
+            event = Event(task_id="t", version=v, actor="runtime", action={"kind": "old"})
+            conn.execute(
+                "INSERT INTO checkpoints VALUES ('t', ?, ?, ?)", (v, json.dumps(state), at)
+            )
+            conn.execute("INSERT INTO events VALUES ('t', ?, ?)", (v, event.model_dump_json()))
+        conn.execute("INSERT INTO tasks VALUES ('t', 2, ?)", (at,))
+        conn.commit()
+        conn.close()
+
+        store = SQLiteStore(path)
+        assert store.schema_versions() == [1, 2]
+        assert store.load("t").state["facts"] == {"n": 2}
+        assert store.checkpoint("t", 1).state["facts"] == {"n": 1}
+        assert [c.snapshot for c in store.checkpoints("t")] == [True, True]
+        nxt = {"task_id": "t", "version": 3, "facts": {"n": 3}}
+        store.commit("t", 2, nxt, Event(task_id="t", version=3, actor="runtime", action={}))
+        assert store.load("t").state == nxt
+        assert [e.version for e in store.events("t")] == [1, 2, 3]
+        store.close()
+
+    def test_broken_head_is_state_corrupted(self, tmp_path: Path) -> None:
+        """A hand-broken head record raises StateCorrupted; nothing is overwritten."""
+        store = SQLiteStore(tmp_path / "s.db")
+        _commit(store, "t")
+        store._conn.execute("UPDATE tasks SET head = '{not json' WHERE task_id = 't'")
+        with pytest.raises(StateCorrupted) as info:
+            store.load("t")
+        assert "version 1" in str(info.value)
+        assert store._conn.execute("SELECT head FROM tasks").fetchone()[0] == "{not json"
         store.close()

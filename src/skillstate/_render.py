@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from skillstate.engine.transcript import DecisionTokens
     from skillstate.events import Event
     from skillstate.state.model import AgentState
-    from skillstate.store.base import Checkpoint
+    from skillstate.store.base import CheckpointInfo
 
 console = Console(highlight=False, soft_wrap=False)
 errors = Console(stderr=True, highlight=False)
@@ -116,17 +116,17 @@ def print_events(events: Sequence[Event]) -> None:
     console.print(table)
 
 
-def print_checkpoints(items: Sequence[Checkpoint], labels: dict[int, str]) -> None:
+def print_checkpoints(items: Sequence[CheckpointInfo], labels: dict[int, str]) -> None:
     table = Table(title="checkpoints")
-    for col in ("version", "committed at", "by", "status", "step"):
+    for col in ("version", "committed at", "by", "stored as", "bytes"):
         table.add_column(col)
     for c in items:
         table.add_row(
             str(c.version),
             c.created_at.isoformat(timespec="seconds"),
-            labels.get(c.version, "-"),
-            str(c.state.get("status")),
-            str(c.state.get("current_step")),
+            escape(labels.get(c.version, "-")),
+            "snapshot" if c.snapshot else "delta",
+            str(c.size),
         )
     console.print(table)
 

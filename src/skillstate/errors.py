@@ -8,13 +8,18 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   ├── TaskNotFound            no task with that id in the store
     │   ├── InvalidStoreURL         a store URL no backend understands
     │   ├── AgentImportError        MODULE:ATTR does not name an Agent
-    │   └── MissingExtra            an optional dependency is not installed
+    │   ├── MissingExtra            an optional dependency is not installed
+    │   └── SecretKeyMissing        a sensitive field needs SKILLSTATE_KEY (or the key is wrong)
     ├── StoreError                  a backend failed; driver errors are wrapped here
-    │   ├── StaleState              compare-and-set lost: someone committed first (exit 3)
+    │   ├── Conflict                another writer or worker got there first (exit 3)
+    │   │   ├── StaleState          compare-and-set lost: someone committed first
+    │   │   └── LeaseHeld           another live worker holds the task
+    │   ├── StateCorrupted          a stored record does not load or validate (exit 5)
     │   └── ArtifactNotFound        no artifact under that ref
     ├── StateError                  the state itself refuses a change
     │   ├── IllegalTransition       a step the state machine does not allow
-    │   └── OutputNotDeclared       a skill wrote a key outside its ``outputs``
+    │   ├── OutputNotDeclared       a skill wrote a key outside its ``outputs``
+    │   └── SchemaTooNew            a stored state is newer than this code knows (exit 5)
     ├── ActionRejected              a decided action cannot run (unknown skill, ``when`` false,
     │                               invalid params); recorded in the error log
     └── ToolNotAllowed              a skill called a tool it did not declare
@@ -26,6 +31,7 @@ with ``raise ... from exc`` so the original stays attached for debugging.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 
 class SkillstateError(Exception):
@@ -56,11 +62,19 @@ class MissingExtra(UsageError, ImportError):
     """An optional dependency is needed; the message names the extra to install."""
 
 
+class SecretKeyMissing(UsageError):
+    """A sensitive field cannot be stored or read: ``SKILLSTATE_KEY`` is unset or wrong."""
+
+
 class StoreError(SkillstateError):
     """A storage backend failed."""
 
 
-class StaleState(StoreError):
+class Conflict(StoreError):
+    """Another writer or worker got there first. Nothing was written; retry later."""
+
+
+class StaleState(Conflict):
     """A commit was based on an old version: another writer got there first.
 
     Nothing was written. Reload the task and decide again.
@@ -74,6 +88,37 @@ class StaleState(StoreError):
         self.task_id = task_id
         self.expected = expected
         self.actual = actual
+
+
+class LeaseHeld(Conflict):
+    """Another worker holds a live lease on the task."""
+
+    def __init__(self, task_id: str, holder: str, expires_at: datetime) -> None:
+        super().__init__(
+            f"task {task_id!r} is held by worker {holder!r} until "
+            f"{expires_at.isoformat(timespec='seconds')}"
+        )
+        self.task_id = task_id
+        self.holder = holder
+        self.expires_at = expires_at
+
+
+class StateCorrupted(StoreError):
+    """A stored state, delta or event cannot be read back as what was committed.
+
+    The task stops: nothing is overwritten. ``skillstate doctor ID`` checks the chain.
+    """
+
+    def __init__(
+        self, task_id: str, version: int | None, reason: str, *, field: str | None = None
+    ) -> None:
+        at = f" version {version}" if version is not None else ""
+        where = f" field {field!r}:" if field else ""
+        super().__init__(f"task {task_id!r}{at} is corrupted:{where} {reason}")
+        self.task_id = task_id
+        self.version = version
+        self.field = field
+        self.reason = reason
 
 
 class ArtifactNotFound(StoreError, LookupError):
@@ -108,6 +153,19 @@ class OutputNotDeclared(StateError):
             f"skill {skill!r} wrote {', '.join(self.keys)} outside its declared outputs "
             f"({', '.join(self.declared) or 'none'})"
         )
+
+
+class SchemaTooNew(StateError):
+    """A stored state was written by a newer schema than this code knows."""
+
+    def __init__(self, task_id: str, found: int, known: int) -> None:
+        super().__init__(
+            f"task {task_id!r} has schema version {found}, newer than {known}, the newest "
+            "this code knows; upgrade the agent's code instead of loading it"
+        )
+        self.task_id = task_id
+        self.found = found
+        self.known = known
 
 
 class ActionRejected(SkillstateError):

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from skillstate.errors import ArtifactNotFound, StaleState, StoreError, TaskNotFound
+from skillstate.errors import (
+    ArtifactNotFound,
+    LeaseHeld,
+    StaleState,
+    StoreError,
+    TaskNotFound,
+)
 from skillstate.events import Event
+from skillstate.state.diff import make_patch
 from skillstate.store.base import Store
 from tests.contract.backends import Factory
 
@@ -34,7 +42,7 @@ def snapshot(store: Store, task_id: str) -> tuple[Any, ...]:
     """Everything a commit could have changed, for "nothing was written" checks."""
     return (
         store.load(task_id).state,
-        [c.state for c in store.checkpoints(task_id)],
+        [store.checkpoint(task_id, c.version).state for c in store.checkpoints(task_id)],
         [e.model_dump() for e in store.events(task_id)],
     )
 
@@ -207,3 +215,137 @@ class TestLifecycle:
     def test_store_has_a_url(self, store: Store) -> None:
         """Every store says where it is."""
         assert "://" in store.url
+
+
+def grow(store: Store, task_id: str, versions: int) -> dict[int, dict[str, Any]]:
+    """Commit ``versions`` versions the way the runtime does (each with its real patch).
+
+    The state grows every step (an appended log line) and rewrites a small field,
+    so both snapshots and deltas occur. Returns every committed document.
+    """
+    committed: dict[int, dict[str, Any]] = {}
+    previous: dict[str, Any] = {}
+    for v in range(1, versions + 1):
+        lines = [*previous.get("log", []), f"step {v}: " + "x" * (v % 7) + "状态"]
+        state = doc(task_id, v, log=lines, facts={"n": v, "even": v % 2 == 0})
+        store.commit(task_id, v - 1, state, event(task_id, v, patch=make_patch(previous, state)))
+        committed[v] = state
+        previous = state
+    return committed
+
+
+class TestDeltaCheckpoints:
+    def test_every_version_rebuilds_exactly(self, store: Store) -> None:
+        """With deltas stored, every version loads back equal to what was committed."""
+        committed = grow(store, "t", 60)
+        for v, state in committed.items():
+            assert store.checkpoint("t", v).state == state
+        assert store.load("t").state == committed[60]
+
+    def test_most_versions_are_deltas(self, store: Store) -> None:
+        """Checkpoints are not full copies: most versions are stored as small deltas."""
+        grow(store, "t", 60)
+        infos = store.checkpoints("t")
+        assert [i.version for i in infos] == list(range(1, 61))
+        assert infos[0].snapshot
+        deltas = [i for i in infos if not i.snapshot]
+        assert len(deltas) > len(infos) // 2
+        head_size = len(str(store.load("t").state))
+        assert all(i.size < head_size // 4 for i in deltas)
+
+    def test_events_carry_their_patch(self, store: Store) -> None:
+        """The audit log returns each event with the patch it was committed with."""
+        grow(store, "t", 12)
+        previous: dict[str, Any] = {}
+        for e in store.events("t"):
+            current = store.checkpoint("t", e.version).state
+            assert e.patch == make_patch(previous, current)
+            previous = current
+
+    def test_commit_without_patch_is_snapshotted(self, store: Store) -> None:
+        """A commit whose event has no usable patch still loads exactly."""
+        grow(store, "t", 5)
+        state = doc("t", 6, facts={"replaced": True})
+        store.commit("t", 5, state, event("t", 6))
+        assert store.checkpoint("t", 6).state == state
+        assert store.checkpoints("t")[-1].snapshot
+        store.commit("t", 6, doc("t", 7), event("t", 7, patch=make_patch(state, doc("t", 7))))
+        assert store.checkpoint("t", 6).state == state
+        assert store.checkpoint("t", 7).state == doc("t", 7)
+
+
+class TestPrune:
+    def test_keeps_head_last_and_every(self, store: Store) -> None:
+        """prune keeps the head, the last N, every K-th, and whatever they rebuild from."""
+        committed = grow(store, "t", 40)
+        result = store.prune("t", keep_last=3, keep_every=10)
+        kept = {i.version for i in store.checkpoints("t")}
+        assert kept == set(result.kept)
+        assert {10, 20, 30, 38, 39, 40} <= kept
+        assert set(result.deleted) == set(range(1, 41)) - kept
+        assert result.deleted, "a 40-step chain with deltas must free something"
+        for v in kept:
+            assert store.checkpoint("t", v).state == committed[v]
+        for v in result.deleted:
+            with pytest.raises(StoreError):
+                store.checkpoint("t", v)
+
+    def test_events_survive_and_commits_go_on(self, store: Store) -> None:
+        """Pruning keeps every event and the task can keep committing."""
+        committed = grow(store, "t", 25)
+        store.prune("t", keep_last=1)
+        assert [e.version for e in store.events("t")] == list(range(1, 26))
+        head = committed[25]
+        nxt = doc("t", 26, log=head["log"], facts={"after": "prune"})
+        store.commit("t", 25, nxt, event("t", 26, patch=make_patch(head, nxt)))
+        assert store.checkpoint("t", 26).state == nxt
+        assert store.checkpoint("t", 25).state == head
+
+    def test_prune_is_idempotent(self, store: Store) -> None:
+        """A second prune with the same policy deletes nothing more."""
+        grow(store, "t", 30)
+        store.prune("t", keep_last=2, keep_every=7)
+        again = store.prune("t", keep_last=2, keep_every=7)
+        assert again.deleted == []
+
+    def test_bad_arguments(self, store: Store) -> None:
+        """keep_last < 1 is refused (the head is always kept); unknown tasks too."""
+        grow(store, "t", 3)
+        with pytest.raises(StoreError):
+            store.prune("t", keep_last=0)
+        with pytest.raises(TaskNotFound):
+            store.prune("nope", keep_last=1)
+        assert len(store.checkpoints("t")) == 3
+
+
+class TestLeases:
+    def test_claim_excludes_other_workers(self, store: Store) -> None:
+        """A live lease makes another worker's claim fail with LeaseHeld."""
+        lease = store.claim("t", "w1", 30)
+        assert (lease.task_id, lease.worker) == ("t", "w1")
+        with pytest.raises(LeaseHeld) as info:
+            store.claim("t", "w2", 30)
+        assert info.value.holder == "w1"
+
+    def test_holder_renews(self, store: Store) -> None:
+        """The holder may claim again; its lease is extended."""
+        first = store.claim("t", "w1", 1)
+        second = store.claim("t", "w1", 60)
+        assert second.expires_at > first.expires_at
+
+    def test_release_lets_others_in(self, store: Store) -> None:
+        """After release another worker can claim; releasing someone else's lease is a no-op."""
+        store.claim("t", "w1", 30)
+        store.release("t", "w2")
+        with pytest.raises(LeaseHeld):
+            store.claim("t", "w2", 30)
+        store.release("t", "w1")
+        assert store.claim("t", "w2", 30).worker == "w2"
+
+    def test_expired_lease_is_taken_over(self, store: Store) -> None:
+        """When the holder stops renewing (it died), its lease expires and another takes over."""
+        store.claim("t", "dead", 0.2)
+        time.sleep(0.4)
+        assert store.claim("t", "alive", 30).worker == "alive"
+        with pytest.raises(LeaseHeld):
+            store.claim("t", "dead", 30)

@@ -5,22 +5,39 @@ suite (``tests/contract/``). The store is schema-agnostic: it keeps plain JSON
 documents; validating them into a state class is the runtime's job, which is what
 lets a later schema migration read old checkpoints.
 
-The one hard rule: :meth:`Store.commit` is an atomic compare-and-set. Either the
-new state, its checkpoint and its event are all written, or none is.
+The hard rules every backend keeps:
+
+* :meth:`Store.commit` is an atomic compare-and-set on the version. Either the new
+  head, its checkpoint and its event are all written, or none is; a writer that
+  read an old version gets :class:`~skillstate.errors.StaleState`.
+* Checkpoints are *deltas*: the event's JSON Patch is what is stored for most
+  versions, with a full snapshot only when the chain since the last one has grown
+  as large as the state itself (or ``max_chain`` long). Bytes per step therefore
+  stay flat however large the state grows, and any kept version loads exactly.
+* The head is stored whole, so loading it never replays a chain.
+* :meth:`Store.prune` never deletes the head and never breaks a delta chain.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from skillstate.errors import StoreError
 from skillstate.events import Event
 
-__all__ = ["Checkpoint", "Store", "artifact_ref", "check_commit"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointInfo",
+    "Lease",
+    "PruneResult",
+    "Store",
+    "artifact_ref",
+    "check_commit",
+]
 
 
 @dataclass(frozen=True)
@@ -36,9 +53,40 @@ class Checkpoint:
     """When the version was committed (UTC)."""
 
 
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What :meth:`Store.checkpoints` lists: a kept version, without its state."""
+
+    task_id: str
+    version: int
+    created_at: datetime
+    snapshot: bool
+    """True when the version is stored whole; False when it is a delta on the previous one."""
+    size: int
+    """Bytes of the stored body (the snapshot, or the patch)."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's claim on a task, valid until ``expires_at`` unless renewed."""
+
+    task_id: str
+    worker: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What :meth:`Store.prune` did."""
+
+    task_id: str
+    kept: list[int] = field(default_factory=list)
+    deleted: list[int] = field(default_factory=list)
+
+
 @runtime_checkable
 class Store(Protocol):
-    """Persistence for tasks. Implementations: memory, SQLite (more in extras)."""
+    """Persistence for tasks: memory, SQLite, files, PostgreSQL, Redis."""
 
     url: str
     """The URL the store was opened from, with any password masked."""
@@ -55,23 +103,50 @@ class Store(Protocol):
         ``expected_version`` is the version the writer read (0 to create the task).
         Raises :class:`~skillstate.errors.StaleState` and writes nothing when the
         stored head is not ``expected_version``. Returns the new version.
+
+        ``event.patch`` must turn the stored head into ``state`` (the runtime
+        builds it so); the store keeps it as the version's delta. A patch that
+        does not set ``/version`` is taken as unknown and the version is
+        snapshotted instead.
         """
         ...
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
-        """Any committed version. Raises ``TaskNotFound`` or ``StoreError``."""
+        """Any kept version, rebuilt exactly. Raises ``TaskNotFound`` or ``StoreError``."""
         ...
 
-    def checkpoints(self, task_id: str) -> list[Checkpoint]:
-        """Every kept version, oldest first."""
+    def checkpoints(self, task_id: str) -> list[CheckpointInfo]:
+        """Every kept version, oldest first, without states (cheap)."""
         ...
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
-        """Events of versions ``> since``, oldest first."""
+        """Events of versions ``> since``, oldest first.
+
+        Events outlive pruning; a pruned version's event comes back without its patch.
+        """
         ...
 
     def tasks(self) -> list[str]:
         """Ids of every task in the store, sorted."""
+        ...
+
+    def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
+        """Delete old checkpoints, keeping the last ``keep_last`` versions, every
+        ``keep_every``-th version, the head, and whatever snapshot and deltas a kept
+        version is rebuilt from. Events are kept. Atomic."""
+        ...
+
+    def claim(self, task_id: str, worker: str, ttl: float) -> Lease:
+        """Hold ``task_id`` for ``ttl`` seconds (renewing if ``worker`` holds it already).
+
+        Raises :class:`~skillstate.errors.LeaseHeld` while another worker's lease
+        is live; an expired lease is taken over. The lease coordinates workers;
+        the version check in :meth:`commit` is what keeps the state safe.
+        """
+        ...
+
+    def release(self, task_id: str, worker: str) -> None:
+        """Drop ``worker``'s lease on ``task_id``; a no-op when it holds none."""
         ...
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:

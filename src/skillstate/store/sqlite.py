@@ -6,28 +6,47 @@ URLs follow SQLAlchemy's convention: ``sqlite:///relative/path.db``,
 ``commit`` runs in a ``BEGIN IMMEDIATE`` transaction: the write lock is taken
 before the version is read, so two processes racing on one task serialize there
 and the loser sees the new version and raises ``StaleState`` without writing.
+
+WAL checkpoints (copying the log back into the database file, with an fsync)
+would otherwise run inside whichever commit crosses the auto-checkpoint
+threshold and stall it for milliseconds. Auto-checkpointing is off; a background
+thread with its own connection checkpoints passively once the log has grown,
+so commits only ever append to the log.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from skillstate.errors import (
     ArtifactNotFound,
     InvalidStoreURL,
+    LeaseHeld,
     StaleState,
     StoreError,
     TaskNotFound,
 )
 from skillstate.events import Event, utcnow
-from skillstate.store.base import Checkpoint, artifact_ref, check_commit
+from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
+from skillstate.store.chain import (
+    DEFAULT_MAX_CHAIN,
+    Row,
+    encode_commit,
+    lease_expired,
+    load_document,
+    plan_prune,
+    rebuild,
+    restore_event,
+    take_snapshot,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -62,32 +81,65 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        # Delta checkpoints: the head moves into the tasks row; a checkpoint keeps
+        # either a snapshot or the patch from the previous version. Every version
+        # written by schema 1 was a full copy, so each becomes a snapshot. Events
+        # written by schema 1 keep the patch inside their JSON; that still loads.
+        2,
+        """
+        CREATE TABLE checkpoints_v2 (
+            task_id    TEXT NOT NULL,
+            version    INTEGER NOT NULL,
+            snapshot   TEXT,
+            patch      TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (task_id, version)
+        ) WITHOUT ROWID;
+        INSERT INTO checkpoints_v2 SELECT task_id, version, state, NULL, created_at
+            FROM checkpoints;
+        ALTER TABLE tasks ADD COLUMN head TEXT;
+        ALTER TABLE tasks ADD COLUMN chain_len INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE tasks ADD COLUMN chain_bytes INTEGER NOT NULL DEFAULT 0;
+        UPDATE tasks SET head = (SELECT state FROM checkpoints c
+            WHERE c.task_id = tasks.task_id AND c.version = tasks.version);
+        DROP TABLE checkpoints;
+        ALTER TABLE checkpoints_v2 RENAME TO checkpoints;
+        CREATE TABLE leases (
+            task_id    TEXT PRIMARY KEY,
+            worker     TEXT NOT NULL,
+            expires_at REAL NOT NULL
+        );
+        """,
+    ),
 )
+
+_WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
+"""Checkpoint the WAL in the background once it is this large."""
 
 
 class SQLiteStore:
     """A store in one SQLite file (or in memory)."""
 
-    def __init__(self, path: str | Path, *, url: str | None = None) -> None:
+    def __init__(
+        self, path: str | Path, *, url: str | None = None, max_chain: int = DEFAULT_MAX_CHAIN
+    ) -> None:
         self.path = str(path)
         self.url = url or f"sqlite:///{self.path}"
+        self.max_chain = max_chain
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: we issue BEGIN ourselves, so the lock mode is explicit.
-            self._conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-            )
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL is safe from corruption in WAL mode; a power cut may lose the last
-            # commits but never half of one.
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._conn = _connect(self.path)
         except (OSError, sqlite3.Error) as exc:
             # A path that cannot hold a database is bad input, not a backend fault.
             raise InvalidStoreURL(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._lock = threading.RLock()
+        self._closed = False
         self.setup()
+        self._checkpointer: _WalCheckpointer | None = None
+        if self.path != ":memory:":
+            self._checkpointer = _WalCheckpointer(self.path)
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
@@ -117,81 +169,139 @@ class SQLiteStore:
                 )
 
     def schema_versions(self) -> list[int]:
-        with self._lock:
-            rows = self._conn.execute("SELECT version FROM schema_migrations ORDER BY version")
-            return [row[0] for row in rows]
+        return [row[0] for row in self._all("SELECT version FROM schema_migrations", ())]
 
     # ------------------------------------------------------------------ protocol
 
     def load(self, task_id: str) -> Checkpoint:
-        row = self._one(
-            "SELECT c.version, c.state, c.created_at FROM tasks t JOIN checkpoints c "
-            "ON c.task_id = t.task_id AND c.version = t.version WHERE t.task_id = ?",
-            (task_id,),
-        )
+        row = self._one("SELECT version, head, updated_at FROM tasks WHERE task_id = ?", (task_id,))
         if row is None:
             raise TaskNotFound(task_id)
-        return _checkpoint(task_id, row)
+        version, head, updated_at = row
+        state = load_document(task_id, version, head)
+        return Checkpoint(task_id, version, state, datetime.fromisoformat(updated_at))
 
     def commit(
         self, task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
     ) -> int:
-        new_version = check_commit(task_id, expected_version, state, event)
-        try:
-            document = json.dumps(state, separators=(",", ":"), ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise StoreError(f"state of {task_id!r} is not JSON-serializable: {exc}") from exc
+        enc = encode_commit(task_id, expected_version, state, event)
         now = utcnow().isoformat()
         with self._tx() as cur:
-            row = cur.execute("SELECT version FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
-            head = row[0] if row else 0
-            if head != expected_version:
-                raise StaleState(task_id, expected_version, head)
-            if row is None:
-                cur.execute("INSERT INTO tasks VALUES (?, ?, ?)", (task_id, new_version, now))
+            row = cur.execute(
+                "SELECT version, chain_len, chain_bytes FROM tasks WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            head, chain_len, chain_bytes = row if row else (0, 0, 0)
+            if head != enc.expected:
+                raise StaleState(task_id, enc.expected, head)
+            snapshot = take_snapshot(chain_len, chain_bytes, enc, self.max_chain)
+            if snapshot:
+                chain_len, chain_bytes = 0, 0
             else:
-                cur.execute(
-                    "UPDATE tasks SET version = ?, updated_at = ? WHERE task_id = ?",
-                    (new_version, now, task_id),
-                )
+                chain_len, chain_bytes = chain_len + 1, chain_bytes + len(enc.patch or "")
             cur.execute(
-                "INSERT INTO checkpoints VALUES (?, ?, ?, ?)", (task_id, new_version, document, now)
+                "INSERT INTO tasks (task_id, version, updated_at, head, chain_len, chain_bytes) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
+                "version = excluded.version, updated_at = excluded.updated_at, "
+                "head = excluded.head, chain_len = excluded.chain_len, "
+                "chain_bytes = excluded.chain_bytes",
+                (task_id, enc.version, now, enc.state, chain_len, chain_bytes),
             )
             cur.execute(
-                "INSERT INTO events VALUES (?, ?, ?)",
-                (task_id, new_version, event.model_dump_json()),
+                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?)",
+                (task_id, enc.version, enc.state if snapshot else None, enc.patch, now),
             )
-        return new_version
+            cur.execute("INSERT INTO events VALUES (?, ?, ?)", (task_id, enc.version, enc.event))
+        return enc.version
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
-        row = self._one(
-            "SELECT version, state, created_at FROM checkpoints WHERE task_id = ? AND version = ?",
-            (task_id, version),
-        )
-        if row is None:
-            self.load(task_id)  # raises TaskNotFound for an unknown task
-            raise StoreError(f"task {task_id!r} has no checkpoint at version {version}")
-        return _checkpoint(task_id, row)
+        head = self.load(task_id)
+        if version == head.version:
+            return head
+        rows = [
+            Row(v, snapshot, patch, datetime.fromisoformat(created))
+            for v, snapshot, patch, created in self._all(
+                "SELECT version, snapshot, patch, created_at FROM checkpoints "
+                "WHERE task_id = ? AND version <= ? AND version >= (SELECT MAX(version) "
+                "FROM checkpoints WHERE task_id = ? AND version <= ? AND snapshot IS NOT NULL) "
+                "ORDER BY version",
+                (task_id, version, task_id, version),
+            )
+        ]
+        if not rows or rows[-1].version != version:
+            if self._one(
+                "SELECT 1 FROM checkpoints WHERE task_id = ? AND version = ?", (task_id, version)
+            ):
+                rows = []  # the version is kept but nothing it depends on is: rebuild says so
+            else:
+                raise StoreError(f"task {task_id!r} has no checkpoint at version {version}")
+        return Checkpoint(task_id, version, rebuild(task_id, version, rows), rows[-1].created_at)
 
-    def checkpoints(self, task_id: str) -> list[Checkpoint]:
+    def checkpoints(self, task_id: str) -> list[CheckpointInfo]:
         rows = self._all(
-            "SELECT version, state, created_at FROM checkpoints WHERE task_id = ? ORDER BY version",
+            "SELECT version, snapshot IS NOT NULL, "
+            "length(CAST(coalesce(snapshot, patch, '') AS BLOB)), created_at "
+            "FROM checkpoints WHERE task_id = ? ORDER BY version",
             (task_id,),
         )
         if not rows:
-            raise TaskNotFound(task_id)
-        return [_checkpoint(task_id, row) for row in rows]
+            self.load(task_id)  # TaskNotFound for an unknown task
+        return [
+            CheckpointInfo(task_id, v, datetime.fromisoformat(created), bool(snap), size)
+            for v, snap, size, created in rows
+        ]
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
-        self.load(task_id)
         rows = self._all(
-            "SELECT event FROM events WHERE task_id = ? AND version > ? ORDER BY version",
+            "SELECT e.event, c.patch FROM events e LEFT JOIN checkpoints c "
+            "ON c.task_id = e.task_id AND c.version = e.version "
+            "WHERE e.task_id = ? AND e.version > ? ORDER BY e.version",
             (task_id, since),
         )
-        return [Event.model_validate_json(row[0]) for row in rows]
+        if not rows:
+            self.load(task_id)
+        return [restore_event(task_id, text, patch) for text, patch in rows]
 
     def tasks(self) -> list[str]:
         return [row[0] for row in self._all("SELECT task_id FROM tasks ORDER BY task_id", ())]
+
+    def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
+        with self._tx() as cur:
+            rows = cur.execute(
+                "SELECT version, snapshot IS NOT NULL, created_at FROM checkpoints "
+                "WHERE task_id = ? ORDER BY version",
+                (task_id,),
+            ).fetchall()
+            if not rows:
+                raise TaskNotFound(task_id)
+            infos = [
+                CheckpointInfo(task_id, v, datetime.fromisoformat(c), bool(s), 0)
+                for v, s, c in rows
+            ]
+            kept, deleted = plan_prune(task_id, infos, keep_last=keep_last, keep_every=keep_every)
+            cur.executemany(
+                "DELETE FROM checkpoints WHERE task_id = ? AND version = ?",
+                [(task_id, v) for v in deleted],
+            )
+        return PruneResult(task_id, kept, deleted)
+
+    def claim(self, task_id: str, worker: str, ttl: float) -> Lease:
+        now = time.time()
+        with self._tx() as cur:
+            row = cur.execute(
+                "SELECT worker, expires_at FROM leases WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            current = Lease(task_id, row[0], _utc(row[1])) if row else None
+            if not lease_expired(current, worker, _utc(now)):
+                assert current is not None
+                raise LeaseHeld(task_id, current.worker, current.expires_at)
+            cur.execute(
+                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?)", (task_id, worker, now + ttl)
+            )
+        return Lease(task_id, worker, _utc(now + ttl))
+
+    def release(self, task_id: str, worker: str) -> None:
+        with self._tx() as cur:
+            cur.execute("DELETE FROM leases WHERE task_id = ? AND worker = ?", (task_id, worker))
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
         ref = artifact_ref(data)
@@ -210,6 +320,11 @@ class SQLiteStore:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._checkpointer is not None:
+                self._checkpointer.stop()
             self._conn.close()
 
     # ------------------------------------------------------------------ helpers
@@ -243,6 +358,61 @@ class SQLiteStore:
                 raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
 
 
-def _checkpoint(task_id: str, row: Any) -> Checkpoint:
-    version, state, created_at = row
-    return Checkpoint(task_id, version, json.loads(state), datetime.fromisoformat(created_at))
+def _connect(path: str) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN ourselves, so the lock mode is explicit.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # NORMAL is safe from corruption in WAL mode; a power cut may lose the last
+    # commits but never half of one.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    return conn
+
+
+def _utc(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, timezone.utc)
+
+
+class _WalCheckpointer:
+    """Checkpoints the WAL off the commit path (see the module docstring)."""
+
+    def __init__(self, path: str, *, interval: float = 0.25) -> None:
+        self._path = path
+        self._wal = path + "-wal"
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="skillstate-wal", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while not self._stop.wait(self._interval):
+                try:
+                    if os.path.getsize(self._wal) < _WAL_CHECKPOINT_BYTES:
+                        continue
+                except OSError:
+                    continue
+                if conn is None:
+                    conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
+                # PASSIVE never waits for writers; a later pass finishes what this one left.
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            # Best effort: a failed background checkpoint leaves a longer WAL, never bad data.
+            pass
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def run_now(self) -> None:
+        """Checkpoint and truncate the WAL synchronously (benchmarks measure file sizes)."""
+        conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
