@@ -27,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     "RunResult": "skillstate.engine.runtime",
     "Runtime": "skillstate.engine.runtime",
     "StepReport": "skillstate.engine.runtime",
-    "rollback_task": "skillstate.engine.runtime",
+    "rollback_task": "skillstate.engine.edits",
     "ActionRejected": "skillstate.errors",
     "AgentImportError": "skillstate.errors",
     "ArtifactNotFound": "skillstate.errors",
@@ -52,6 +52,8 @@ _EXPORTS: dict[str, str] = {
     "Skill": "skillstate.skills.skill",
     "SkillContext": "skillstate.skills.skill",
     "StateMachine": "skillstate.state.machine",
+    "Sensitive": "skillstate.state.secrets",
+    "migration": "skillstate.state.migrate",
     "AgentState": "skillstate.state.model",
     "Decision": "skillstate.state.model",
     "ErrorEntry": "skillstate.state.model",
@@ -68,8 +70,9 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:
     from skillstate.engine.actions import Action, AskUser, CallSkill, Fail, Finish, parse_action
     from skillstate.engine.agent import Agent, load_agent
+    from skillstate.engine.edits import rollback_task
     from skillstate.engine.policy import Policy, ScriptedPolicy
-    from skillstate.engine.runtime import RunResult, Runtime, StepReport, rollback_task
+    from skillstate.engine.runtime import RunResult, Runtime, StepReport
     from skillstate.errors import (
         ActionRejected,
         AgentImportError,
@@ -90,6 +93,7 @@ if TYPE_CHECKING:
     from skillstate.skills.registry import SkillRegistry
     from skillstate.skills.skill import NoParams, Outcome, Skill, SkillContext
     from skillstate.state.machine import StateMachine
+    from skillstate.state.migrate import migration
     from skillstate.state.model import (
         AgentState,
         Decision,
@@ -98,6 +102,7 @@ if TYPE_CHECKING:
         StepRecord,
         TaskStatus,
     )
+    from skillstate.state.secrets import Sensitive
     from skillstate.state.view import View, render_view
     from skillstate.store import Checkpoint, Store, open_store
 
@@ -143,6 +148,7 @@ __all__ = [
     "RunResult",
     "Runtime",
     "ScriptedPolicy",
+    "Sensitive",
     "Skill",
     "SkillContext",
     "SkillRegistry",
@@ -164,6 +170,7 @@ __all__ = [
     "View",
     "__version__",
     "load_agent",
+    "migration",
     "open_store",
     "parse_action",
     "render_view",

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from skillstate.engine.doctor import DoctorReport
     from skillstate.engine.runtime import StepReport
     from skillstate.engine.transcript import DecisionTokens
     from skillstate.events import Event
@@ -69,7 +70,7 @@ def print_state(state: AgentState) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    data = state.model_dump(mode="json")
+    data = state.to_view_json()  # sensitive fields show as ***
 
     def row(key: str, value: str) -> None:
         table.add_row(Text(key), Text(value))  # Text: card values are data, never markup
@@ -143,3 +144,23 @@ def print_comparison(rows: Sequence[DecisionTokens], tokenizer: str) -> None:
     total_hist = sum(r.history for r in rows)
     table.add_row("total", str(total_view), str(total_hist), f"{total_view / total_hist:.2f}")
     console.print(table)
+
+
+def print_doctor(report: DoctorReport) -> None:
+    head = report.head if report.head is not None else "unreadable"
+    schema = "validated against the agent's schema" if report.schema_checked else "JSON only"
+    console.print(
+        f"task {escape(report.task_id)}: head {head}, {report.checked} kept checkpoints "
+        f"({report.snapshots} snapshots) rebuilt and replayed; {schema}"
+    )
+    if report.healthy:
+        console.print("[green]healthy[/]: every kept checkpoint loads; deltas replay to the head")
+        return
+    table = Table(title="problems")
+    table.add_column("version")
+    table.add_column("problem")
+    for finding in report.findings:
+        version = "-" if finding.version is None else str(finding.version)
+        table.add_row(version, escape(finding.message))
+    console.print(table)
+    console.print(f"[red]corrupted[/]: {len(report.findings)} problem(s); nothing was changed")

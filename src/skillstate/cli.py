@@ -1,7 +1,9 @@
 """The ``skillstate`` command.
 
 Exit codes: 0 completed (or paused waiting for the user), 1 the task failed,
-2 bad input, 3 version conflict, 4 stopped by the step budget (resumable).
+2 bad input, 3 conflict (another writer committed first, or another worker holds
+the task), 4 stopped by the step budget (resumable), 5 the stored state is
+corrupted or newer than this code (nothing was written).
 
 Only typer is imported at start-up; the runtime, stores and rich tables load in
 the commands that use them, so ``skillstate --help`` stays fast.
@@ -22,8 +24,8 @@ if TYPE_CHECKING:
     from skillstate.engine.runtime import RunResult
     from skillstate.store.base import Store
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT, EXIT_BUDGET = 0, 1, 2, 3, 4
-DEMOS = ("ticket", "orders")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT, EXIT_BUDGET, EXIT_CORRUPTED = 0, 1, 2, 3, 4, 5
+DEMOS = ("ticket", "orders", "ledger")
 
 app = typer.Typer(
     name="skillstate",
@@ -38,7 +40,8 @@ StoreOpt = Annotated[
     str | None,
     typer.Option(
         "--store",
-        help="Store URL (memory://, sqlite:///path.db). "
+        help="Store URL (sqlite:///path.db, file://DIR, postgresql://..., redis://..., "
+        "memory://). "
         "Default: $SKILLSTATE_STORE or sqlite:///.skillstate/state.db",
         show_default=False,
     ),
@@ -87,11 +90,21 @@ def _drive(
     verbose: bool,
     compare: bool = False,
     reply: str | None = None,
+    fields: dict[str, object] | None = None,
 ) -> NoReturn:
     from skillstate._render import StepPrinter, console, print_comparison
+    from skillstate.engine.lease import default_worker
     from skillstate.engine.runtime import Runtime
 
-    runtime = Runtime(agent, store, max_steps=max_steps, observer=StepPrinter(verbose=verbose))
+    runtime = Runtime(
+        agent,
+        store,
+        max_steps=max_steps,
+        observer=StepPrinter(verbose=verbose),
+        worker=default_worker(),
+    )
+    if fields is not None:
+        runtime.start(task_id, **fields)
     if reply is not None:
         runtime.reply(task_id, reply)
     result = runtime.run(task_id, inputs=inputs)
@@ -164,6 +177,7 @@ def _start(
     max_steps: int,
     verbose: bool,
     compare: bool,
+    fields: dict[str, object] | None = None,
 ) -> NoReturn:
     from skillstate.engine.agent import load_agent
     from skillstate.errors import UsageError
@@ -175,7 +189,16 @@ def _start(
         raise UsageError(
             f"task {task!r} already exists; continue it with: skillstate resume {task}"
         )
-    _drive(agent, store, task, inputs=inputs, max_steps=max_steps, verbose=verbose, compare=compare)
+    _drive(
+        agent,
+        store,
+        task,
+        inputs=inputs,
+        max_steps=max_steps,
+        verbose=verbose,
+        compare=compare,
+        fields=fields,
+    )
 
 
 # ---------------------------------------------------------------- commands
@@ -213,12 +236,31 @@ def demo(
     sample: Annotated[
         bool, typer.Option(help="Use the demo's canned replies when no --input is given.")
     ] = True,
+    steps: Annotated[
+        int | None, typer.Option("--steps", min=0, help="ledger: entries to append (10).")
+    ] = None,
+    step_delay: Annotated[
+        float | None,
+        typer.Option("--step-delay", min=0.0, help="ledger: seconds each append takes (0)."),
+    ] = None,
+    ledger: Annotated[
+        str | None,
+        typer.Option("--ledger", help="ledger: the file to append to (.skillstate/ledger.txt)."),
+    ] = None,
 ) -> None:
     """Run a bundled example offline, printing views, decisions and diffs."""
     from skillstate.errors import UsageError
 
     if name not in DEMOS:
         raise UsageError(f"unknown demo {name!r}; choose one of: {', '.join(DEMOS)}")
+    fields: dict[str, object] | None = None
+    if name == "ledger":
+        path = os.path.abspath(ledger or os.path.join(".skillstate", "ledger.txt"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fields = {"ledger": path, "target": 10 if steps is None else steps}
+        fields["step_delay"] = step_delay or 0.0
+    elif steps is not None or step_delay is not None or ledger is not None:
+        raise UsageError("--steps, --step-delay and --ledger belong to the ledger demo")
     ref = f"skillstate.examples.{name}:agent"
     inputs = input or []
     if not inputs and sample:
@@ -232,7 +274,8 @@ def demo(
         inputs=inputs,
         max_steps=max_steps,
         verbose=not quiet,
-        compare=True,
+        compare=name != "ledger",
+        fields=fields,
     )
 
 
@@ -328,10 +371,129 @@ def rollback(
 ) -> None:
     """Restore an earlier version as a new commit (history is kept)."""
     from skillstate._render import console
-    from skillstate.engine.runtime import rollback_task
+    from skillstate.engine.edits import rollback_task
 
     new_version = rollback_task(_store(store), task_id, to)
     console.print(f"task {task_id} rolled back to version {to} as version {new_version}")
+
+
+@app.command()
+def prune(
+    task_id: TaskArg,
+    keep_last: Annotated[
+        int, typer.Option("--keep-last", min=1, help="Keep the newest N versions.")
+    ] = 10,
+    keep_every: Annotated[
+        int | None, typer.Option("--keep-every", min=1, help="Also keep every K-th version.")
+    ] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Delete old checkpoints; the head and every chain a kept version needs stay."""
+    from skillstate._render import console
+
+    result = _store(store).prune(task_id, keep_last=keep_last, keep_every=keep_every)
+    console.print(
+        f"task {task_id}: kept {len(result.kept)} checkpoints, deleted {len(result.deleted)} "
+        "(events are kept)"
+    )
+
+
+@app.command()
+def doctor(task_id: TaskArg, store: StoreOpt = None) -> None:
+    """Check a task's chain: every kept checkpoint loads and validates; deltas reach the head."""
+    from skillstate._render import print_doctor
+    from skillstate.engine.doctor import diagnose
+    from skillstate.errors import AgentImportError, StateCorrupted
+
+    db = _store(store)
+    agent: Agent | None
+    try:
+        agent = _agent_for(db, task_id)
+    except (AgentImportError, StateCorrupted):
+        agent = None  # still check the chain; schema checks need the agent
+    report = diagnose(db, task_id, agent)
+    print_doctor(report)
+    raise typer.Exit(EXIT_OK if report.healthy else EXIT_CORRUPTED)
+
+
+@app.command(name="set")
+def set_(
+    task_id: TaskArg,
+    assignments: Annotated[
+        list[str], typer.Argument(help="PATH=VALUE pairs; VALUE is YAML (3, true, [a, b]).")
+    ],
+    store: StoreOpt = None,
+) -> None:
+    """Change fields of a task's state by hand (validated; logged as actor human)."""
+    from skillstate._render import console
+    from skillstate.engine.edits import set_fields
+
+    writes = _parse_assignments(assignments)
+    db = _store(store)
+    state = set_fields(db, _agent_for(db, task_id), task_id, writes)
+    console.print(f"task {task_id}: set {', '.join(writes)} as version {state.version}")
+
+
+@app.command()
+def edit(task_id: TaskArg, store: StoreOpt = None) -> None:
+    """Edit a task's state as YAML in $EDITOR (validated; logged as actor human)."""
+    from skillstate._render import console
+    from skillstate.engine.edits import edit_in_editor
+
+    db = _store(store)
+    state = edit_in_editor(db, _agent_for(db, task_id), task_id)
+    if state is None:
+        console.print(f"task {task_id}: no changes")
+    else:
+        console.print(f"task {task_id}: edited as version {state.version}")
+
+
+@app.command()
+def fork(
+    task_id: TaskArg,
+    at: Annotated[int, typer.Option("--at", help="Version to start from.", show_default=False)],
+    new_id: Annotated[
+        str, typer.Option("--new-id", help="Id of the new task.", show_default=False)
+    ],
+    store: StoreOpt = None,
+) -> None:
+    """Start a new task from any kept checkpoint of another."""
+    from skillstate._render import console
+    from skillstate.engine.edits import fork_task
+
+    db = _store(store)
+    agent = _agent_for(db, task_id)
+    _new_task_id(agent, new_id)
+    fork_task(db, agent, task_id, at, new_id)
+    console.print(
+        f"task {new_id} starts from {task_id} version {at}; run it with: skillstate resume {new_id}"
+    )
+
+
+@app.command()
+def keygen() -> None:
+    """Print a new key for SKILLSTATE_KEY (encrypts Sensitive[...] fields)."""
+    from skillstate.state.secrets import generate_key
+
+    typer.echo(generate_key())
+
+
+def _parse_assignments(items: list[str]) -> dict[str, object]:
+    import yaml
+
+    from skillstate.errors import UsageError
+
+    writes: dict[str, object] = {}
+    for item in items:
+        path, sep, text = item.partition("=")
+        if not sep or not path.strip():
+            raise UsageError(f"expected PATH=VALUE, got {item!r}")
+        try:
+            writes[path.strip()] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0]
+            raise UsageError(f"value of {path!r} is not valid YAML: {first}") from exc
+    return writes
 
 
 # ---------------------------------------------------------------- entry point
@@ -343,7 +505,13 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
 
 def _main(argv: list[str] | None) -> int:
-    from skillstate.errors import SkillstateError, StaleState, UsageError
+    from skillstate.errors import (
+        Conflict,
+        SchemaTooNew,
+        SkillstateError,
+        StateCorrupted,
+        UsageError,
+    )
 
     try:
         result = app(args=argv, prog_name="skillstate", standalone_mode=False)
@@ -355,9 +523,12 @@ def _main(argv: list[str] | None) -> int:
     except typer.TyperException as exc:  # bad options and arguments (click's UsageError)
         _error(exc.format_message().replace("\n", " "))
         return EXIT_USAGE
-    except StaleState as exc:
+    except Conflict as exc:
         _error(str(exc))
         return EXIT_CONFLICT
+    except (StateCorrupted, SchemaTooNew) as exc:
+        _error(f"{exc}; nothing was written")
+        return EXIT_CORRUPTED
     except UsageError as exc:
         _error(str(exc))
         return EXIT_USAGE

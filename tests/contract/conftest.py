@@ -6,10 +6,21 @@ from pathlib import Path
 import pytest
 
 from skillstate.store.base import Store
-from tests.contract.backends import BACKENDS, Factory
+from tests.contract.backends import (
+    BACKENDS,
+    SERVICE_BACKENDS,
+    Factory,
+    drop_postgres_schemas,
+    drop_redis_data,
+)
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(
+    params=[
+        pytest.param(name, marks=pytest.mark.services) if name in SERVICE_BACKENDS else name
+        for name in sorted(BACKENDS)
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> Factory:
     """The factory of one backend; tests that reopen a store call it twice."""
     return BACKENDS[request.param]
@@ -20,3 +31,17 @@ def store(backend: Factory, tmp_path: Path) -> Iterator[Store]:
     opened = backend(tmp_path)
     yield opened
     opened.close()
+
+
+@pytest.fixture(autouse=True)
+def _drop_redis_data() -> Iterator[None]:
+    """Redis keys outlive tmp_path: delete this test's after it (and after its store closed)."""
+    yield
+    drop_redis_data()
+
+
+@pytest.fixture(autouse=True)
+def _drop_postgres_schemas() -> Iterator[None]:
+    """Drop the schemas this test's PostgreSQL stores created, once they are closed."""
+    yield
+    drop_postgres_schemas()

@@ -19,6 +19,7 @@ from skillstate.engine.policy import Policy
 from skillstate.errors import AgentImportError, UsageError
 from skillstate.skills.registry import SkillRegistry
 from skillstate.state.machine import StateMachine
+from skillstate.state.migrate import chain_problems, validate_state
 from skillstate.state.model import AgentState, TaskStatus
 from skillstate.state.view import View, render_view
 
@@ -54,6 +55,9 @@ class Agent:
         for skill in self.skills:
             if not skill.has_verify:
                 problems.append(f"skill {skill.name!r} has no verify")
+            if skill.effects and not skill.has_probe:
+                # After a crash mid-effect only the skill can tell whether it happened.
+                problems.append(f"skill {skill.name!r} declares effects but no probe")
             missing = set(skill.tools) - set(self.tools)
             if missing:
                 problems.append(
@@ -68,6 +72,7 @@ class Agent:
                         f"skill {skill.name!r} declares output {output!r}, "
                         f"but {self.state_type.__name__} has no field {top!r}"
                     )
+        problems += chain_problems(self.state_type)
         if problems:
             raise UsageError(f"agent {self.name!r} is invalid: " + "; ".join(problems))
 
@@ -90,8 +95,15 @@ class Agent:
                 f"invalid initial state for task {task_id!r}: {first_error(exc, 'state')}"
             ) from exc
 
-    def parse_state(self, data: Mapping[str, Any]) -> AgentState:
-        return self.state_type.model_validate(dict(data))
+    def parse_state(self, data: Mapping[str, Any], *, task_id: str | None = None) -> AgentState:
+        """A stored document as the agent's state class: migrated, then validated.
+
+        A broken record is :class:`~skillstate.errors.StateCorrupted` naming the
+        field, so the task stops before anything is written over it; one from a
+        newer schema is :class:`~skillstate.errors.SchemaTooNew`. ``task_id`` names
+        the task in errors when the record's own id is unusable.
+        """
+        return validate_state(self.state_type, data, task_id=task_id)
 
     def view(self, state: AgentState) -> View:
         return render_view(

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from skillstate._validation import first_error
 from skillstate.engine.actions import Action, AskUser, CallSkill, Fail, Finish
 from skillstate.engine.agent import Agent
+from skillstate.engine.lease import Holder
 from skillstate.errors import (
     ActionRejected,
     IllegalTransition,
@@ -33,11 +34,21 @@ from skillstate.errors import (
 from skillstate.events import Actor, Event, SkillTransition, ToolCall, Verdict, utcnow
 from skillstate.skills.skill import Outcome, Skill, SkillContext
 from skillstate.state.diff import make_patch
-from skillstate.state.model import AgentState, Decision, ErrorEntry, StepRecord, TaskStatus
+from skillstate.state.fingerprint import current_digest
+from skillstate.state.model import (
+    AgentState,
+    Decision,
+    ErrorEntry,
+    Intent,
+    StepRecord,
+    TaskStatus,
+)
+from skillstate.state.redact import Redactor
+from skillstate.state.secrets import secret_values
 from skillstate.state.view import View
 from skillstate.store.base import Store
 
-__all__ = ["RunResult", "Runtime", "StepReport", "rollback_task"]
+__all__ = ["RunResult", "Runtime", "StepReport"]
 
 StopReason = Literal["completed", "failed", "waiting_user", "max_steps"]
 
@@ -75,6 +86,8 @@ class _Draft:
     tool_calls: tuple[ToolCall, ...] = ()
     transition: SkillTransition | None = None
     error: str | None = None
+    found_by_probe: bool = False
+    """The effect had already happened: its probe, not a new run, gave the outcome."""
 
 
 class Runtime:
@@ -92,6 +105,8 @@ class Runtime:
         max_steps: int = 50,
         max_retries: int = 2,
         observer: Callable[[StepReport], None] | None = None,
+        worker: str | None = None,
+        lease_ttl: float = 60.0,
     ) -> None:
         if max_steps < 1 or max_retries < 0:
             raise UsageError("max_steps must be >= 1 and max_retries >= 0")
@@ -100,19 +115,31 @@ class Runtime:
         self.max_steps = max_steps
         self.max_retries = max_retries
         self.observer = observer
+        self.worker = worker
+        """With a worker id, :meth:`run` holds a lease on the task while it works."""
+        self.lease_ttl = lease_ttl
+        # The raw stored document of the head each task was last loaded or committed
+        # at. Patches are made against it, not against the parsed state: after a
+        # schema migration the two differ, and a store replays patches over raw docs.
+        self._raw: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ public
 
     def start(self, task_id: str, **fields: Any) -> AgentState:
         """Create the task (version 1). Raises ``StaleState`` if it exists."""
         state = self.agent.new_state(task_id, **fields)
-        empty: dict[str, Any] = {}
-        return self._commit(empty, state, {"kind": "create"}, "runtime", _Draft(after=state))[0]
+        return self._commit(None, state, {"kind": "create"}, "runtime", _Draft(after=state))[0]
 
     def load(self, task_id: str) -> AgentState:
-        """The head state of a task, validated into the agent's state class."""
+        """The head state of a task, validated (and migrated) into the agent's state class.
+
+        Raises :class:`~skillstate.errors.StateCorrupted` when the stored record
+        does not validate; nothing is written then.
+        """
         checkpoint = self.store.load(task_id)
-        return self.agent.parse_state(checkpoint.state)
+        state = self.agent.parse_state(checkpoint.state, task_id=task_id)
+        self._raw[task_id] = checkpoint.state
+        return state
 
     def run(
         self, task_id: str, *, inputs: Sequence[str] = (), max_steps: int | None = None
@@ -126,11 +153,33 @@ class Runtime:
         queue = list(inputs)
         try:
             self.store.load(task_id)
+            resumed = True
         except TaskNotFound:
             self.start(task_id)
+            resumed = False
+        holder = Holder(self.store, task_id, self.worker, self.lease_ttl) if self.worker else None
+        if holder is not None:
+            holder.acquire()
+        try:
+            if resumed:
+                self.recheck(task_id)
+            return self._loop(task_id, queue, budget, holder)
+        finally:
+            if holder is not None:
+                holder.release()
+
+    def _loop(
+        self, task_id: str, queue: list[str], budget: int, holder: Holder | None
+    ) -> RunResult:
         steps = 0
         while True:
+            if holder is not None:
+                holder.renew()
             state = self.load(task_id)
+            if state.pending_effect is not None:
+                # A crash (or a kill) came between recording an effect and its outcome.
+                self._settle(state, resumed=True)
+                continue
             if state.status is TaskStatus.COMPLETED:
                 return RunResult(state, "completed", steps)
             if state.status is TaskStatus.FAILED:
@@ -145,6 +194,44 @@ class Runtime:
             self._step(state)  # decide from the state just loaded: one read per step
             steps += 1
 
+    def recheck(self, task_id: str) -> list[StepRecord]:
+        """Recompute the fingerprints of a task's completed steps; mark changed ones stale.
+
+        A stale step leaves ``completed_steps``, goes back to the front of
+        ``pending_steps``, and gets a ``stale_step`` entry in the error log, all in
+        one commit. Finished tasks are left alone. Returns the stale steps.
+        """
+        state = self.load(task_id)
+        if state.status.is_terminal or state.pending_effect is not None:
+            return []
+        stale: list[StepRecord] = []
+        after = state
+        for record in state.completed_steps:
+            for fp in record.fingerprints:
+                now = current_digest(fp.kind, fp.target)
+                if now == fp.digest:
+                    continue
+                stale.append(record)
+                after = after.with_error(
+                    ErrorEntry(
+                        kind="stale_step",
+                        message=f"{fp.kind} {fp.target} changed since step {record.id} "
+                        f"({_short(fp.digest)} -> {_short(now)}); the step is pending again",
+                        step_id=record.id,
+                        skill=record.skill,
+                    )
+                )
+                break
+        if not stale:
+            return []
+        labels = [r.skill or r.step for r in stale]
+        kept = tuple(r for r in state.completed_steps if r not in stale)
+        pending = (*dict.fromkeys(labels), *(p for p in state.pending_steps if p not in labels))
+        after = after.evolve(completed_steps=kept, pending_steps=pending)
+        action = {"kind": "recheck", "stale": [r.id for r in stale]}
+        self._commit(state, after, action, "runtime", _Draft(after=after, error="stale steps"))
+        return stale
+
     def reply(self, task_id: str, text: str) -> AgentState:
         """Answer the open question of a ``waiting_user`` task; it becomes ``running``."""
         state = self.load(task_id)
@@ -154,11 +241,17 @@ class Runtime:
             )
         after = state.evolve(status=TaskStatus.RUNNING, inbox=text, question=None)
         action = {"kind": "reply", "text": text, "question": state.question}
-        return self._commit(state.to_json(), after, action, "user", _Draft(after=after))[0]
+        return self._commit(state, after, action, "user", _Draft(after=after))[0]
 
     def step(self, task_id: str) -> StepReport:
-        """Take exactly one decision on a running task and commit it."""
-        return self._step(self.load(task_id))
+        """Take exactly one decision on a running task and commit it.
+
+        A task with an effect in flight settles that effect instead.
+        """
+        state = self.load(task_id)
+        if state.pending_effect is not None:
+            return self._settle(state, resumed=True)
+        return self._step(state)
 
     def _step(self, state: AgentState) -> StepReport:
         task_id = state.task_id
@@ -168,9 +261,13 @@ class Runtime:
         started = utcnow()
         action = self.agent.policy.decide(view)
         step_id = f"{state.version + 1:04d}"
+        if isinstance(action, CallSkill):
+            intent = self._intent_for(state, action, step_id)
+            if intent is not None:
+                return self._record_intent(state, action, intent, view=view, started=started)
         draft = self._handle(state, action, step_id)
         after, event = self._commit(
-            state.to_json(),
+            state,
             draft.after,
             action.model_dump(mode="json"),
             "policy",
@@ -179,6 +276,95 @@ class Runtime:
             started=started,
         )
         return StepReport(before=state, after=after, event=event, view=view)
+
+    # ------------------------------------------------------------------ effects
+
+    def _intent_for(self, state: AgentState, action: CallSkill, step_id: str) -> Intent | None:
+        """The intent to record first when ``action`` calls an effectful skill, else None.
+
+        A call that will be rejected anyway returns None and goes the normal way
+        (its rejection is logged; no intent, nothing runs).
+        """
+        skill = self.agent.skills.get(action.skill)
+        if skill is None or not skill.effects:
+            return None
+        try:
+            _, params, target = self._validate_call(state, action)
+        except (ActionRejected, IllegalTransition):
+            return None
+        record_id = f"{step_id}-{skill.name}"
+        return Intent(
+            step_id=record_id,
+            skill=skill.name,
+            params=params.model_dump(mode="json"),
+            target=target,
+            reason=action.reason,
+            key=f"{state.task_id}:{record_id}",
+        )
+
+    def _record_intent(
+        self,
+        state: AgentState,
+        action: CallSkill,
+        intent: Intent,
+        *,
+        view: View,
+        started: datetime,
+    ) -> StepReport:
+        """Commit the intent (the decision), then run the effect and commit its outcome."""
+        after = state.evolve(
+            pending_effect=intent, last_decision=_decision(action, intent.skill), inbox=None
+        )
+        skill = self.agent.skills[intent.skill]
+        draft = _Draft(after=after, step_id=intent.step_id, skill=skill)
+        recorded, _ = self._commit(
+            state,
+            after,
+            action.model_dump(mode="json"),
+            "policy",
+            draft,
+            view=view,
+            started=started,
+        )
+        return self._settle(recorded, resumed=False)
+
+    def _settle(self, state: AgentState, *, resumed: bool) -> StepReport:
+        """Run (or, after a crash, first probe) the pending effect and commit its outcome."""
+        intent = state.pending_effect
+        assert intent is not None
+        started = utcnow()
+        action = CallSkill(skill=intent.skill, params=intent.params, reason=intent.reason)
+        step_number = intent.step_id.split("-", 1)[0]
+        skill = self.agent.skills.get(intent.skill)
+        if skill is None:
+            message = f"effect of unknown skill {intent.skill!r} cannot be settled"
+            draft = _reject(state, step_number, "action_rejected", message, intent.skill)
+            draft.after = draft.after.evolve(pending_effect=None)
+        else:
+            params = skill.params.model_validate(intent.params)
+            draft = self._attempts(
+                state,
+                action,
+                skill,
+                params=params,
+                target=intent.target,
+                step_id=step_number,
+                probe_first=resumed,
+            )
+            draft.after = draft.after.evolve(pending_effect=None)
+        kind = "effect_resumed" if resumed else "effect"
+        settled: dict[str, Any] = {"kind": kind, "skill": intent.skill, "key": intent.key}
+        if draft.found_by_probe:
+            settled["found_by_probe"] = True
+        after, event = self._commit(
+            state,
+            draft.after,
+            settled,
+            "runtime",
+            draft,
+            started=started,
+        )
+        return StepReport(before=state, after=after, event=event)
 
     # ------------------------------------------------------------------ handlers
 
@@ -197,6 +383,13 @@ class Runtime:
             return _reject(state, step_id, "action_rejected", str(exc), _skill_of(action))
 
     def _call_skill(self, state: AgentState, action: CallSkill, step_id: str) -> _Draft:
+        skill, params, target = self._validate_call(state, action)
+        return self._attempts(state, action, skill, params=params, target=target, step_id=step_id)
+
+    def _validate_call(
+        self, state: AgentState, action: CallSkill
+    ) -> tuple[Skill[Any, Any], Any, str]:
+        """The skill, its validated params and the step it enters; raises if refused."""
         skill = self.agent.skills.get(action.skill)
         if skill is None:
             raise ActionRejected(
@@ -213,14 +406,7 @@ class Runtime:
         target = action.next_step or skill.step
         if target is not None:
             self.agent.machine.check(state.current_step, target)
-        return self._attempts(
-            state,
-            action,
-            skill,
-            params=params,
-            target=target or state.current_step,
-            step_id=step_id,
-        )
+        return skill, params, target or state.current_step
 
     def _attempts(
         self,
@@ -231,6 +417,7 @@ class Runtime:
         params: Any,
         target: str,
         step_id: str,
+        probe_first: bool = False,
     ) -> _Draft:
         retries = skill.max_retries if skill.max_retries is not None else self.max_retries
         max_attempts = retries + 1
@@ -240,7 +427,10 @@ class Runtime:
         ctx: SkillContext | None = None
         for attempt in range(1, max_attempts + 1):
             ctx = self._context(skill, state, step_id, attempt)
-            outcome, candidate, verdict, failure = _attempt(skill, state, params, ctx)
+            # An effect whose outcome is unknown (a crash, or a failed attempt) is
+            # probed before it is run again: it may already have happened.
+            probe = skill.effects and (probe_first or attempt > 1)
+            outcome, candidate, verdict, failure = _attempt(skill, state, params, ctx, probe=probe)
             calls += ctx.calls
             if failure is None:
                 transition = None
@@ -254,6 +444,7 @@ class Runtime:
                     action="call_skill",
                     skill=skill.name,
                     summary=outcome.summary if outcome else "",
+                    fingerprints=tuple(ctx.fingerprints),
                 )
                 after = (
                     candidate.with_evidence(outcome.evidence if outcome else ())
@@ -275,6 +466,7 @@ class Runtime:
                     attempts=attempt,
                     tool_calls=tuple(calls),
                     transition=transition,
+                    found_by_probe=ctx.found_by_probe,
                 )
             kind, message = failure
             errors.append(
@@ -410,18 +602,29 @@ class Runtime:
     def _context(
         self, skill: Skill[Any, Any], state: AgentState, step_id: str, attempt: int
     ) -> SkillContext:
+        record_id = f"{step_id}-{skill.name}"
         return SkillContext(
             skill=skill.name,
             task_id=state.task_id,
-            step_id=f"{step_id}-{skill.name}",
+            step_id=record_id,
             attempt=attempt,
             tools={name: self.agent.tools[name] for name in skill.tools},
             store=self.store,
+            idempotency_key=f"{state.task_id}:{record_id}" if skill.effects else None,
+            redactor=self._redactor(state),
         )
+
+    @staticmethod
+    def _redactor(*states: AgentState | None) -> Redactor:
+        values: list[str] = []
+        for state in states:
+            if state is not None:
+                values += secret_values(state)
+        return Redactor(values)
 
     def _commit(
         self,
-        before: dict[str, Any],
+        before: AgentState | None,
         after: AgentState,
         action: dict[str, Any],
         actor: Actor,
@@ -430,9 +633,21 @@ class Runtime:
         view: View | None = None,
         started: datetime | None = None,
     ) -> tuple[AgentState, Event]:
-        expected = int(before.get("version", 0))
+        expected = before.version if before is not None else 0
         final = after.evolve(version=expected + 1)
         document = final.to_json()
+        redactor = self._redactor(before, final)
+        if redactor:
+            # A secret copied into a plain field (an error message, a summary) is
+            # masked in the state itself, so memory and store never disagree.
+            cleaned = redactor.json(document)
+            if cleaned != document:
+                final = self.agent.parse_state(cleaned)
+                document = final.to_json()
+        base: dict[str, Any] = {}
+        if before is not None:
+            raw = self._raw.get(before.task_id)
+            base = raw if raw is not None and raw.get("version") == expected else before.to_json()
         event = Event(
             task_id=final.task_id,
             version=final.version,
@@ -446,23 +661,27 @@ class Runtime:
             tool_calls=draft.tool_calls,
             skill_transition=draft.transition,
             error=draft.error,
-            patch=make_patch(before, document),
+            patch=make_patch(base, document),
             view_tokens=view.tokens if view else None,
             started_at=started or utcnow(),
         )
+        if redactor:
+            event = redactor.event(event)
         self.store.commit(final.task_id, expected, document, event)
-        if self.observer is not None and before:
-            prior = self.agent.parse_state(before)
-            self.observer(StepReport(before=prior, after=final, event=event, view=view))
+        self._raw[final.task_id] = document
+        if self.observer is not None and before is not None:
+            self.observer(StepReport(before=before, after=final, event=event, view=view))
         return final, event
 
 
 def _attempt(
-    skill: Skill[Any, Any], state: AgentState, params: Any, ctx: SkillContext
+    skill: Skill[Any, Any], state: AgentState, params: Any, ctx: SkillContext, *, probe: bool
 ) -> tuple[Outcome | None, AgentState, Verdict | None, tuple[str, str] | None]:
-    """Run and verify once: the outcome, the candidate state, the verdict, a failure."""
+    """Run (or probe) and verify once: the outcome, the candidate, the verdict, a failure."""
     try:
-        outcome = skill.run(state, params, ctx)
+        found = skill.probe(state, params, ctx) if probe else None
+        ctx.found_by_probe = found is not None
+        outcome = found if found is not None else skill.run(state, params, ctx)
     except ToolNotAllowed as exc:
         return None, state, None, ("tool_not_allowed", str(exc))
     except Exception as exc:
@@ -484,6 +703,10 @@ def _attempt(
     return outcome, candidate, verdict, None
 
 
+def _short(digest: str) -> str:
+    return digest if len(digest) <= 19 else digest[:19] + "…"
+
+
 def _decision(action: Action, target: str | None) -> Decision:
     return Decision(action=action.kind, target=target, reason=action.reason)
 
@@ -501,28 +724,3 @@ def _reject(state: AgentState, step_id: str, kind: str, message: str, skill: str
         verdict=Verdict.failed(message),
         error=message,
     )
-
-
-def rollback_task(store: Store, task_id: str, to_version: int) -> int:
-    """Make the state of ``to_version`` the new head, as a new commit.
-
-    History is kept: the rollback is itself a version with its own event, and can
-    be rolled back in turn. Returns the new version.
-    """
-    head = store.load(task_id)
-    if not 1 <= to_version < head.version:
-        raise UsageError(
-            f"--to must be between 1 and {head.version - 1} (task {task_id!r} is at "
-            f"version {head.version})"
-        )
-    target = store.checkpoint(task_id, to_version)
-    document = dict(target.state)
-    document["version"] = head.version + 1
-    event = Event(
-        task_id=task_id,
-        version=head.version + 1,
-        actor="human",
-        action={"kind": "rollback", "to_version": to_version},
-        patch=make_patch(head.state, document),
-    )
-    return store.commit(task_id, head.version, document, event)

@@ -3,10 +3,16 @@
 The order system returns a long, noisy JSON payload. It goes to the artifact store
 whole; the state keeps only a ref, a count and the answer. Later steps read the
 raw payload back by ref when they need it, so the prompt view never carries it.
+
+With ``ORDERS_API_TOKEN`` set, a new task keeps that token in a ``Sensitive`` field
+and ``fetch_orders`` sends it to the order API, which then refuses calls without
+it. The token is stored encrypted (set ``SKILLSTATE_KEY``; ``skillstate keygen``
+makes one) and shown as ``***`` in views. Unset, the demo runs without a token.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from typing import Any
@@ -19,6 +25,7 @@ from skillstate import (
     NoParams,
     Outcome,
     ScriptedPolicy,
+    Sensitive,
     SkillContext,
     SkillRegistry,
     StateMachine,
@@ -28,6 +35,7 @@ from skillstate import (
 from skillstate.engine.actions import Action
 
 MONTH = "2025-07"
+TOKEN_ENV = "ORDERS_API_TOKEN"
 
 
 class OrdersState(AgentState):
@@ -39,6 +47,8 @@ class OrdersState(AgentState):
     max_order_id: str | None = None
     max_amount: float | None = None
     reply: str | None = None
+    api_token: Sensitive[str] | None = None
+    """The order API's token, from ``ORDERS_API_TOKEN`` when the task was created."""
 
 
 machine = StateMachine(
@@ -59,8 +69,18 @@ def get_user_info() -> dict[str, Any]:
     return {"user_id": "U123456", "name": "Li Wei", "tier": "gold", "region": "CN-East"}
 
 
-def query_orders(user_id: str, month: str) -> list[dict[str, Any]]:
-    """A deterministic stand-in for an order API: 12 orders with the usual noise."""
+def query_orders(
+    user_id: str, month: str, authorization: str | None = None
+) -> list[dict[str, Any]]:
+    """A deterministic stand-in for an order API: 12 orders with the usual noise.
+
+    Like a real API it checks the bearer token, when the server has one
+    (``ORDERS_API_TOKEN`` here stands in for the server's configuration).
+    """
+    expected = os.environ.get(TOKEN_ENV)
+    if expected and authorization != f"Bearer {expected}":
+        # Never echo what was sent: it may be a (wrong) secret.
+        raise PermissionError("401 Unauthorized: missing or wrong bearer token")
     rng = random.Random(f"{user_id}/{month}")
     orders = []
     for i in range(12):
@@ -120,7 +140,10 @@ def _verify_user(state: OrdersState, outcome: Outcome) -> Verdict:
 )
 def fetch_orders(state: OrdersState, params: NoParams, ctx: SkillContext) -> Outcome:
     """Query the order system for the month; keep the payload as an artifact."""
-    orders = ctx.call("query_orders", user_id=state.user_id, month=state.month)
+    # The token is passed only when there is one, so a task without it calls the API
+    # (and records the call) exactly as before.
+    auth = {"authorization": f"Bearer {state.api_token}"} if state.api_token else {}
+    orders = ctx.call("query_orders", user_id=state.user_id, month=state.month, **auth)
     ref = ctx.calls[-1].ref
     return Outcome(
         writes={"orders_ref": ref, "order_count": len(orders)},
@@ -205,7 +228,19 @@ def decide(view: View) -> Action:
     return Finish(summary=state.reply or "", reason="plan complete")
 
 
-agent = Agent(
+class OrdersAgent(Agent):
+    """The orders agent: a new task picks up ``ORDERS_API_TOKEN`` into its card."""
+
+    def new_state(self, task_id: str, **fields: Any) -> AgentState:
+        # Read once, when the task is created: a resumed task keeps the token it was
+        # created with (sealed in the store) whatever the environment says later.
+        token = os.environ.get(TOKEN_ENV)
+        if token and "api_token" not in fields:
+            fields["api_token"] = token
+        return super().new_state(task_id, **fields)
+
+
+agent = OrdersAgent(
     name="orders",
     description="Seed 001: the user's largest order of July 2025.",
     state_type=OrdersState,

@@ -22,12 +22,22 @@ from pydantic import BaseModel, ConfigDict
 
 from skillstate.errors import ToolNotAllowed, UsageError
 from skillstate.events import ToolCall, Verdict
-from skillstate.state.model import PROTECTED_FIELDS, AgentState, Evidence
+from skillstate.state import fingerprint as fingerprints
+from skillstate.state.model import PROTECTED_FIELDS, AgentState, Evidence, Fingerprint
 
 if TYPE_CHECKING:
+    from skillstate.state.redact import Redactor
     from skillstate.store.base import Store
 
-__all__ = ["NoParams", "Outcome", "Skill", "SkillContext", "SkillOptions", "Verdict"]
+__all__ = [
+    "NoParams",
+    "Outcome",
+    "ProbeFn",
+    "Skill",
+    "SkillContext",
+    "SkillOptions",
+    "Verdict",
+]
 
 P = TypeVar("P", bound=BaseModel)
 S = TypeVar("S", bound=AgentState)
@@ -79,14 +89,24 @@ class SkillContext:
         attempt: int,
         tools: Mapping[str, Tool],
         store: Store,
+        idempotency_key: str | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.skill = skill
         self.task_id = task_id
         self.step_id = step_id
         self.attempt = attempt
+        self.idempotency_key = idempotency_key
+        """``<task id>:<step id>`` for skills declared with ``effects=True``: the same
+        for every attempt and every resume of the step, so the outside world (or the
+        skill's probe) can tell a repeat from a new effect."""
         self._tools = dict(tools)
         self._store = store
+        self._redactor = redactor
         self.calls: list[ToolCall] = []
+        self.fingerprints: list[Fingerprint] = []
+        self.found_by_probe = False
+        """Set by the runtime when this attempt's outcome came from the skill's probe."""
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -113,7 +133,10 @@ class SkillContext:
             )
             raise
         raw = result if isinstance(result, str) else json.dumps(result, default=str, indent=1)
-        ref = self._store.put_artifact(raw.encode(), media_type="application/json")
+        data = raw.encode()
+        if self._redactor:
+            data = self._redactor.bytes(data)  # a tool may echo the credential it was given
+        ref = self._store.put_artifact(data, media_type="application/json")
         self.calls.append(
             ToolCall(
                 tool=tool,
@@ -125,6 +148,15 @@ class SkillContext:
             )
         )
         return result
+
+    def fingerprint(self, target: str, *, kind: str = "file") -> Fingerprint:
+        """Record what this step relied on (default: the sha256 of file ``target``).
+
+        Recorded with the step; on resume a changed fingerprint marks the step stale.
+        """
+        taken = fingerprints.take(target, kind=kind)
+        self.fingerprints.append(taken)
+        return taken
 
     def evidence(self, summary: str, *, kind: str = "tool_output") -> Evidence:
         """Evidence pointing at the raw output of the last tool call."""
@@ -145,6 +177,7 @@ RunFn = Callable[[S, P, SkillContext], Outcome]
 VerifyFn = Callable[[S, Outcome], "Verdict | bool"]
 WhenFn = Callable[[S], bool]
 RollbackFn = Callable[[S, "Outcome | None", SkillContext], None]
+ProbeFn = Callable[[S, P, SkillContext], "Outcome | None"]
 
 
 def _always(state: Any) -> bool:
@@ -167,6 +200,8 @@ class SkillOptions(TypedDict, total=False):
     verify: VerifyFn[Any] | None
     when: WhenFn[Any] | None
     rollback: RollbackFn[Any] | None
+    effects: bool
+    probe: ProbeFn[Any, Any] | None
 
 
 class Skill(Generic[S, P]):
@@ -193,6 +228,8 @@ class Skill(Generic[S, P]):
         verify: VerifyFn[S] | None = None,
         when: WhenFn[S] | None = None,
         rollback: RollbackFn[S] | None = None,
+        effects: bool = False,
+        probe: ProbeFn[S, P] | None = None,
     ) -> None:
         self.name = name or run.__name__
         self.description = description or _first_line(run.__doc__) or self.name
@@ -216,6 +253,10 @@ class Skill(Generic[S, P]):
         self._verify = verify
         self._when: WhenFn[S] = when or _always
         self._rollback = rollback
+        self.effects = effects
+        """The skill changes the outside world: the runtime records an intent before
+        running it and, after a crash, asks ``probe`` before running it again."""
+        self._probe = probe
 
     # Decorator-style setters, like ``property.setter``:
     #   @record_priority.verifier
@@ -231,6 +272,23 @@ class Skill(Generic[S, P]):
     def rollbacker(self, fn: RollbackFn[S]) -> RollbackFn[S]:
         self._rollback = fn
         return fn
+
+    def prober(self, fn: ProbeFn[S, P]) -> ProbeFn[S, P]:
+        self._probe = fn
+        return fn
+
+    @property
+    def has_probe(self) -> bool:
+        return self._probe is not None
+
+    def probe(self, state: S, params: P, ctx: SkillContext) -> Outcome | None:
+        """Did this step's effect already happen (key: ``ctx.idempotency_key``)?
+
+        Returns the :class:`Outcome` ``run`` would have returned if it did, else ``None``.
+        """
+        if self._probe is None:
+            return None
+        return self._probe(state, params, ctx)
 
     @property
     def has_verify(self) -> bool:

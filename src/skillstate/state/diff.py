@@ -1,8 +1,16 @@
-"""JSON Patch (RFC 6902) between two versions of a state, via ``jsonpatch``.
+"""JSON Patch (RFC 6902) between two versions of a state.
 
-Every committed event carries the patch from the previous version, so the event
-log alone is an audit trail: ``skillstate log ID`` prints it, and replaying the
-patches over the first version reproduces every later one exactly.
+Every committed event carries the patch from the previous version: it is the
+audit line ``skillstate log ID`` prints, and the delta the stores keep instead of
+a full copy of the state.
+
+:func:`make_patch` is built for the runtime's hot path rather than for minimal
+patches. A step rewrites a few fields of a document that may be large, so it
+compares subtrees for equality first and only diffs the ones that differ; a
+list that only grew becomes ``add .../-`` operations (the common
+append-only shape: completed steps, logs), and any other changed list or scalar
+is replaced whole. A generic JSON diff (``jsonpatch.make_patch``) instead walks
+every node and costs about a millisecond per step on a 100 KB state.
 """
 
 from __future__ import annotations
@@ -21,9 +29,52 @@ Patch = list[dict[str, Any]]
 
 
 def make_patch(before: dict[str, Any], after: dict[str, Any]) -> Patch:
-    """The operations that turn ``before`` into ``after`` (both plain JSON)."""
-    ops: Patch = jsonpatch.make_patch(before, after).patch
+    """The operations that turn ``before`` into ``after`` (both plain JSON objects)."""
+    ops: Patch = []
+    _diff_object(before, after, "", ops)
     return ops
+
+
+def _diff_object(before: dict[str, Any], after: dict[str, Any], path: str, ops: Patch) -> None:
+    for key in before:
+        if key not in after:
+            ops.append({"op": "remove", "path": f"{path}/{_escape(key)}"})
+    for key, new in after.items():
+        where = f"{path}/{_escape(key)}"
+        if key not in before:
+            ops.append({"op": "add", "path": where, "value": new})
+            continue
+        old = before[key]
+        if old == new and _strict_equal(old, new):
+            continue  # the common case: a C-level comparison and a type check, no diff
+        if isinstance(old, dict) and isinstance(new, dict):
+            _diff_object(old, new, where, ops)
+        elif (
+            isinstance(old, list)
+            and isinstance(new, list)
+            and len(new) > len(old)
+            and _strict_equal(new[: len(old)], old)
+        ):
+            ops.extend(
+                {"op": "add", "path": f"{where}/-", "value": item} for item in new[len(old) :]
+            )
+        else:
+            ops.append({"op": "replace", "path": where, "value": new})
+
+
+def _strict_equal(a: Any, b: Any) -> bool:
+    """``a == b`` as JSON sees it: Python's ``1 == 1.0 == True`` must not hide a change."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_strict_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_strict_equal(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def apply_patch(document: dict[str, Any], patch: Sequence[dict[str, Any]]) -> dict[str, Any]:

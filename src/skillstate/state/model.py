@@ -22,10 +22,13 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing_extensions import Self
 
 from skillstate._validation import first_error
 from skillstate.errors import StateError
+from skillstate.state.migrate import check_migrations
+from skillstate.state.secrets import MASK, mask, seal, sensitive_fields, unseal
 
 __all__ = [
     "PROTECTED_FIELDS",
@@ -33,6 +36,8 @@ __all__ = [
     "Decision",
     "ErrorEntry",
     "Evidence",
+    "Fingerprint",
+    "Intent",
     "StepRecord",
     "TaskStatus",
 ]
@@ -56,6 +61,38 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class Fingerprint(_Record):
+    """What a step relied on or changed in the world, as a digest that can be re-checked.
+
+    On resume the runtime recomputes each fingerprint (see
+    :mod:`skillstate.state.fingerprint`); a step whose world changed is stale.
+    """
+
+    kind: str
+    """How to recompute it: ``file`` (sha256 of the file) or a registered kind."""
+    target: str
+    """What it is about: a path, a URL, a row id."""
+    digest: str
+    """The digest when the step ran (``absent`` for a missing file)."""
+
+
+class Intent(_Record):
+    """An effect the runtime committed to run, recorded before it runs.
+
+    While a task has a pending intent, a resumed runtime finishes that action (after
+    asking the skill's probe whether it already happened) instead of deciding anew.
+    """
+
+    step_id: str
+    skill: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    target: str
+    """The state-machine step the action enters."""
+    reason: str = ""
+    key: str
+    """The idempotency key handed to the skill: ``<task id>:<step id>``."""
+
+
 class StepRecord(_Record):
     """One committed step of the task."""
 
@@ -69,6 +106,8 @@ class StepRecord(_Record):
     """The skill that ran, for ``call_skill``."""
     summary: str = ""
     """One line a reader (or a model) can scan."""
+    fingerprints: tuple[Fingerprint, ...] = ()
+    """What the step relied on; re-checked on resume."""
 
 
 class Evidence(_Record):
@@ -123,6 +162,7 @@ PROTECTED_FIELDS = frozenset(
         "active_skill",
         "question",
         "inbox",
+        "pending_effect",
         "agent",
         "version",
         "schema_version",
@@ -161,11 +201,20 @@ class AgentState(BaseModel):
     """The open question while ``status == waiting_user``."""
     inbox: str | None = None
     """The latest user input, shown to the next decision and then consumed."""
+    pending_effect: Intent | None = None
+    """An effect recorded but not yet confirmed (see :class:`Intent`)."""
     agent: str | None = None
     """``module:attr`` of the agent driving this task, so ``resume`` can find it."""
     version: int = 0
     """Bumped by every commit; the store's compare-and-set keys on it."""
     schema_version: int = Field(default=-1, validate_default=True)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        # A duplicate or out-of-range @migration fails when the class is defined,
+        # not when the first old task loads.
+        check_migrations(cls)
 
     def model_post_init(self, context: Any, /) -> None:
         # A default of -1 means "this class's current schema"; stored states keep theirs.
@@ -224,8 +273,48 @@ class AgentState(BaseModel):
             raise StateError(f"invalid state: {first_error(exc, 'state')}") from exc
 
     def to_json(self) -> dict[str, Any]:
-        """The state as plain JSON types (what stores persist and patches diff)."""
-        return self.model_dump(mode="json")
+        """The state as plain JSON types (what stores persist and patches diff).
+
+        Sensitive fields come out sealed (``enc:v1:...``), or this raises
+        ``SecretKeyMissing``: the stored form never holds them in the clear.
+        """
+        data = self.model_dump(mode="json")
+        if sensitive_fields(type(self)):  # a card without any pays nothing
+            return seal(type(self), data)
+        return data
+
+    def to_view_json(self) -> dict[str, Any]:
+        """The state as JSON for people and models: sensitive values shown as ``***``."""
+        return mask(type(self), self.model_dump(mode="json"))
+
+    # ------------------------------------------------------------------ sealing
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:
+        """Validate, decrypting sealed sensitive values of a stored document first.
+
+        Done here rather than only in the validator below so a missing or wrong key
+        raises ``SecretKeyMissing`` itself: pydantic would turn it into a
+        ``ValidationError`` (it is a ``ValueError``).
+        """
+        if isinstance(obj, Mapping) and sensitive_fields(cls):
+            obj = unseal(cls, obj)
+        return super().model_validate(obj, *args, **kwargs)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unseal_sensitive(cls, data: Any) -> Any:
+        # Every other way in (the constructor, model_validate_json) decrypts too, so
+        # a ciphertext can never pass for the plaintext a skill would then use.
+        if isinstance(data, Mapping) and sensitive_fields(cls):
+            return unseal(cls, data)
+        return data
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        # repr() and str() of a card end up in logs and tracebacks: mask there too.
+        hidden = sensitive_fields(type(self))
+        for name, value in super().__repr_args__():
+            yield name, (MASK if name in hidden and value is not None else value)
 
 
 def _set_path(data: dict[str, Any], path: str, value: Any) -> None:

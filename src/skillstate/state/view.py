@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from skillstate.llm.tokens import count_tokens, tokenizer_name
 from skillstate.state.model import AgentState
+from skillstate.state.secrets import MASK, sensitive_fields
 
 if TYPE_CHECKING:
     from skillstate.skills.skill import Skill
@@ -156,11 +157,14 @@ def _fields(state: AgentState, applicable: Sequence[Skill[Any, Any]]) -> list[tu
     if applicable and all(s.reads for s in applicable):
         reads = {r for s in applicable for r in s.reads}
     out: list[tuple[str, str]] = []
+    # A sensitive value is shown as *** (never to a model), but shown: the policy
+    # may need to know that a token is there.
+    hidden = sensitive_fields(type(state))
     for name in state.custom_fields():
         value = getattr(state, name)
         if value is None or (reads is not None and name not in reads):
             continue
-        out.append((name, _short(value)))
+        out.append((name, MASK if name in hidden else _short(value)))
     for key, value in state.facts.items():
         if reads is not None and f"facts.{key}" not in reads and key not in reads:
             continue

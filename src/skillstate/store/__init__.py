@@ -18,6 +18,11 @@ DEFAULT_STORE_URL = "sqlite:///.skillstate/state.db"
 _BACKENDS: dict[str, str] = {
     "memory": "skillstate.store.memory:MemoryStore",
     "sqlite": "skillstate.store.sqlite:SQLiteStore.from_url",
+    "postgresql": "skillstate.store.postgres:PostgresStore.from_url",
+    "postgres": "skillstate.store.postgres:PostgresStore.from_url",
+    "redis": "skillstate.store.redis:RedisStore.from_url",
+    "rediss": "skillstate.store.redis:RedisStore.from_url",
+    "file": "skillstate.store.files:FilesStore.from_url",
 }
 
 
@@ -27,7 +32,9 @@ def default_store_url() -> str:
 
 
 def open_store(url: str | None = None) -> Store:
-    """Open the store a URL names: ``memory://``, ``sqlite:///path.db``."""
+    """Open the store a URL names: ``memory://``, ``sqlite:///path.db``, ``file://dir``,
+    ``postgresql://user@host/db?schema=NAME`` (or ``postgres://``),
+    ``redis://host:6379/0?prefix=NAME`` (``rediss://`` for TLS)."""
     url = url or default_store_url()
     scheme, sep, _ = url.partition("://")
     if not sep or scheme not in _BACKENDS:

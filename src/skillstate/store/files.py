@@ -1,0 +1,680 @@
+"""Files store: a directory of plain, human-readable files, one folder per task.
+
+URLs: ``file:///absolute/dir`` or ``file://relative/dir`` (relative to the
+working directory, as ``sqlite:///relative.db`` is).
+
+Layout::
+
+    DIR/<task>/head.json              the head state whole, its version, chain counters
+    DIR/<task>/state_step_0001.yaml   one per kept version: a header, then the state
+                                      (``stored_as: snapshot``) or the JSON Patch from
+                                      the version before (``stored_as: delta``)
+    DIR/<task>/events.jsonl           one event per line, without its patch
+    DIR/<task>/lease.json             the worker holding the task, if any
+    DIR/<task>/.lock                  what writers ``flock`` (never holds data)
+    DIR/artifacts/sha256-<hex>        content-addressed artifacts
+
+The files are meant to be read (and diffed, and grepped) by people: a checkpoint
+is a YAML document showing either the whole state or exactly what the step
+changed. The data model is the SQLite backend's, file by file.
+
+**The commit point is the rename of head.json.** A commit, holding the task's
+lock, writes the version's YAML file, appends its event line, then atomically
+replaces head.json. A crash before that rename leaves the previous head in
+place and some leftovers for the next version: a YAML file and maybe an event
+line (maybe torn). Readers only trust what head.json's version covers, so they
+ignore both; the next commit of that version overwrites the YAML file, cuts a
+torn line off, and appends its own event line, which wins over the leftover one
+(the last line for a version wins). No rollback step is needed, which is what
+makes the scheme crash-safe without a journal.
+
+Every file is written to a temporary name in the same directory, fsynced, then
+renamed over the target, and the directory is fsynced: a reader never sees half
+a file and a power cut never loses a rename that was reported done.
+
+Writers of one task (commit, prune, claim, release) serialize on ``flock`` of
+``DIR/<task>/.lock``, opened anew by each operation: ``flock`` belongs to an open
+file description, so this excludes other processes and, with a per-task
+``threading.Lock`` in front, other threads. Readers take no lock: head.json is
+only ever replaced whole, and versions at or below it are never rewritten (only
+deleted by prune, which never deletes what a kept version needs).
+
+Task ids become directory names by percent-encoding every byte outside
+``[A-Za-z0-9._-]`` (and a leading ``.``), so ``a/b`` is ``a%2Fb``, ``..`` is
+``%2E.``, nothing is hidden and :meth:`FilesStore.tasks` decodes the original
+ids back. ASCII only: non-ASCII names would be renormalized by some filesystems
+(macOS stores NFD), which would change the ids ``tasks()`` returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import string
+import tempfile
+import threading
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from skillstate.errors import (
+    ArtifactNotFound,
+    InvalidStoreURL,
+    LeaseHeld,
+    StaleState,
+    StateCorrupted,
+    StoreError,
+    TaskNotFound,
+    UsageError,
+)
+from skillstate.events import Event, utcnow
+from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
+from skillstate.store.chain import (
+    DEFAULT_MAX_CHAIN,
+    EncodedCommit,
+    Row,
+    dumps,
+    encode_commit,
+    lease_expired,
+    plan_prune,
+    rebuild,
+    restore_event,
+    take_snapshot,
+)
+
+__all__ = ["FilesStore", "task_dir_name", "task_id_from_dir"]
+
+# The C implementations are several times faster; the pure ones read and write
+# the same documents, so either may open a store the other wrote.
+_YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YamlDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+# No line folding: a long string stays on one line, which reads better in a diff
+# and keeps the YAML a plain transcription of the JSON.
+_YAML_WIDTH = 1 << 20
+
+_HEAD = "head.json"
+_EVENTS = "events.jsonl"
+_LEASE = "lease.json"
+_LOCK = ".lock"
+_ARTIFACTS = "artifacts"
+_STEP = re.compile(r"state_step_(\d+)\.yaml")
+_REF = re.compile(r"sha256:([0-9a-f]{64})")
+_SAFE = frozenset(string.ascii_letters + string.digits + "-_.")
+_NAME_MAX = 255
+"""Longest directory name POSIX filesystems accept, in bytes."""
+_FILE_MODE = 0o600
+"""States may hold personal data: every file is private to its owner (as mkstemp makes it)."""
+
+
+def task_dir_name(task_id: str) -> str:
+    """The directory name of ``task_id``; raises ``UsageError`` for an id that cannot be one."""
+    if not isinstance(task_id, str) or not task_id:
+        raise UsageError(f"invalid task id {task_id!r}: it must be a non-empty string")
+    try:
+        raw = task_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(f"invalid task id {task_id!r}: it is not valid Unicode text") from exc
+    name = "".join(
+        chr(byte) if chr(byte) in _SAFE and not (i == 0 and byte == ord(".")) else f"%{byte:02X}"
+        for i, byte in enumerate(raw)
+    )
+    if name.lower() == _ARTIFACTS:
+        # The artifacts folder sits next to the tasks; an (encoded) first letter keeps
+        # a task of that name apart from it, and still decodes to the same id.
+        name = f"%{ord(name[0]):02X}{name[1:]}"
+    if len(name) > _NAME_MAX:
+        raise UsageError(
+            f"invalid task id {task_id[:32]!r}...: {len(name)} bytes as a directory name, "
+            f"more than {_NAME_MAX}"
+        )
+    return name
+
+
+def task_id_from_dir(name: str) -> str | None:
+    """The task id a directory name encodes, or ``None`` if it is not one this store made."""
+    try:
+        task_id = urllib.parse.unquote(name, errors="strict")
+        canonical = task_dir_name(task_id)
+    except (UnicodeDecodeError, UsageError):
+        return None
+    # A folder copied in by hand as "my task" would be looked up as "my%20task":
+    # listing it would name a task that load() cannot find.
+    return task_id if canonical == name else None
+
+
+def _step_name(version: int) -> str:
+    return f"state_step_{version:04d}.yaml"
+
+
+@dataclass(frozen=True)
+class _Head:
+    version: int
+    chain_len: int
+    chain_bytes: int
+    updated_at: datetime
+    state: dict[str, Any]
+
+
+class FilesStore:
+    """A store in a directory tree of YAML, JSON and JSON Lines files."""
+
+    def __init__(
+        self, root: str | Path, *, url: str | None = None, max_chain: int = DEFAULT_MAX_CHAIN
+    ) -> None:
+        self.root = Path(root)
+        self.url = url or f"file://{self.root}"
+        self.max_chain = max_chain
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            # A path that cannot hold the store is bad input, not a backend fault.
+            raise InvalidStoreURL(
+                f"cannot use {str(self.root)!r} as a store directory: {exc.strerror or exc}"
+            ) from exc
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    @classmethod
+    def from_url(cls, url: str) -> FilesStore:
+        path = url.split("://", 1)[1]
+        if not path:
+            raise InvalidStoreURL(f"{url!r} names no directory (try file://.skillstate/files)")
+        return cls(path, url=url)
+
+    # ------------------------------------------------------------------ protocol
+
+    def load(self, task_id: str) -> Checkpoint:
+        head = self._require_head(task_id, self._dir(task_id))
+        return Checkpoint(task_id, head.version, head.state, head.updated_at)
+
+    def commit(
+        self, task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
+    ) -> int:
+        directory = self._dir(task_id)
+        enc = encode_commit(task_id, expected_version, state, event)
+        with self._locked(task_id, directory):
+            head = self._head(task_id, directory)
+            current = head.version if head else 0
+            if current != enc.expected:
+                raise StaleState(task_id, enc.expected, current)
+            chain_len, chain_bytes = (head.chain_len, head.chain_bytes) if head else (0, 0)
+            # Version 1 has nothing before it to be a delta on, whatever its patch says.
+            snapshot = head is None or take_snapshot(chain_len, chain_bytes, enc, self.max_chain)
+            if snapshot:
+                chain_len, chain_bytes = 0, 0
+            else:
+                chain_len, chain_bytes = chain_len + 1, chain_bytes + len(enc.patch or "")
+            now = utcnow()
+            # Serialize everything first, so a value that cannot be written fails the
+            # commit before any file is touched.
+            try:
+                step = _step_yaml(enc, snapshot, now).encode()
+                line = (enc.event + "\n").encode()
+                head_text = _head_json(enc, chain_len, chain_bytes, now).encode()
+            except (UnicodeEncodeError, yaml.YAMLError) as exc:  # e.g. a lone surrogate
+                raise StoreError(
+                    f"state of {task_id!r} cannot be written as UTF-8 files: {_one_line(exc)}"
+                ) from exc
+            _write_atomic(directory / _step_name(enc.version), step)
+            _append_line(directory / _EVENTS, line)
+            _write_atomic(directory / _HEAD, head_text)  # the commit point
+        return enc.version
+
+    def checkpoint(self, task_id: str, version: int) -> Checkpoint:
+        directory = self._dir(task_id)
+        head = self._require_head(task_id, directory)
+        if version == head.version:
+            return Checkpoint(task_id, version, head.state, head.updated_at)
+        missing = StoreError(f"task {task_id!r} has no checkpoint at version {version}")
+        if not 1 <= version < head.version:
+            raise missing  # above the head: at most a crashed commit's leftover
+        # Walk back to the snapshot this version is rebuilt from.
+        chain: list[Row] = []
+        cursor = version
+        while cursor >= 1:
+            row = self._row(task_id, directory, cursor)
+            if row is None:
+                break
+            chain.append(row)
+            if row.snapshot is not None:
+                break
+            cursor -= 1
+        if not chain:
+            raise missing
+        chain.reverse()
+        if chain[0].snapshot is None:
+            if not (directory / _step_name(version)).exists():
+                # A prune running meanwhile deleted this version along with its chain.
+                raise missing
+            gap = chain[0].version - 1
+            reason = (
+                f"{_step_name(gap)} is missing, and version {version} is rebuilt through it"
+                if gap >= 1
+                else "no snapshot to rebuild this version from"
+            )
+            raise StateCorrupted(task_id, gap if gap >= 1 else version, reason)
+        return Checkpoint(task_id, version, rebuild(task_id, version, chain), chain[-1].created_at)
+
+    def checkpoints(self, task_id: str) -> list[CheckpointInfo]:
+        directory = self._dir(task_id)
+        head = self._require_head(task_id, directory)
+        rows = (self._row(task_id, directory, v) for v in self._versions(directory, head.version))
+        return [row.info(task_id) for row in rows if row is not None]
+
+    def events(self, task_id: str, *, since: int = 0) -> list[Event]:
+        directory = self._dir(task_id)
+        head = self._require_head(task_id, directory)
+        lines = self._event_lines(directory, head.version)
+        picked = sorted(v for v in lines if v > since)
+        events = []
+        for version in picked:
+            row = self._row(task_id, directory, version)  # None once pruned: no patch
+            events.append(restore_event(task_id, lines[version], row.patch if row else None))
+        return events
+
+    def tasks(self) -> list[str]:
+        try:
+            entries = list(os.scandir(self.root))
+        except OSError as exc:
+            raise _os_error("list", self.root, exc) from exc
+        found = []
+        for entry in entries:
+            task_id = task_id_from_dir(entry.name)
+            # A folder with a lease but no head.json has never been committed to.
+            if task_id is not None and os.path.isfile(os.path.join(entry.path, _HEAD)):
+                found.append(task_id)
+        return sorted(found)
+
+    def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
+        directory = self._dir(task_id)
+        self._require_head(task_id, directory)  # TaskNotFound before creating anything
+        with self._locked(task_id, directory):
+            head = self._require_head(task_id, directory)
+            versions = self._versions(directory, None)
+            rows = (self._row(task_id, directory, v) for v in versions if v <= head.version)
+            infos = [row.info(task_id) for row in rows if row is not None]
+            kept, deleted = plan_prune(task_id, infos, keep_last=keep_last, keep_every=keep_every)
+            # Newest first: chains run backwards, so if this stops halfway every file
+            # still there still rebuilds.
+            doomed = [_step_name(v) for v in sorted(deleted, reverse=True)]
+            # Under the lock, files above the head and temporary files can only be
+            # what a crashed writer left; they go too.
+            doomed += [_step_name(v) for v in versions if v > head.version]
+            doomed += [name for name in _listdir(directory) if name.endswith(".tmp")]
+            for name in doomed:
+                with contextlib.suppress(FileNotFoundError):
+                    _unlink(directory / name)
+            _fsync_dir(directory)
+        return PruneResult(task_id, kept, deleted)
+
+    def claim(self, task_id: str, worker: str, ttl: float) -> Lease:
+        directory = self._dir(task_id)
+        now = utcnow()
+        with self._locked(task_id, directory):
+            current = self._lease(task_id, directory)
+            if not lease_expired(current, worker, now):
+                assert current is not None
+                raise LeaseHeld(task_id, current.worker, current.expires_at)
+            lease = Lease(task_id, worker, now + timedelta(seconds=ttl))
+            # ASCII escapes: a worker name is anything the caller passed, and this way
+            # any str (even one that is not valid Unicode) is written and read back.
+            text = json.dumps(
+                {"task_id": task_id, "worker": worker, "expires_at": lease.expires_at.isoformat()}
+            )
+            _write_atomic(directory / _LEASE, text.encode("ascii") + b"\n")
+        return lease
+
+    def release(self, task_id: str, worker: str) -> None:
+        directory = self._dir(task_id)
+        if not directory.is_dir():
+            return
+        with self._locked(task_id, directory):
+            current = self._lease(task_id, directory)
+            if current is not None and current.worker == worker:
+                with contextlib.suppress(FileNotFoundError):
+                    _unlink(directory / _LEASE)
+                _fsync_dir(directory)
+
+    def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
+        # media_type is not kept: the protocol never returns it, and the bytes are the
+        # artifact. The name is the content hash, so an existing file is already right.
+        ref = artifact_ref(data)
+        folder = self.root / _ARTIFACTS
+        path = folder / ref.replace(":", "-", 1)
+        if path.is_file():
+            return ref
+        _mkdir(folder, self.root)
+        _write_atomic(path, bytes(data))
+        return ref
+
+    def get_artifact(self, ref: str) -> bytes:
+        match = _REF.fullmatch(ref)
+        if match is None:  # also keeps a crafted ref from naming a path elsewhere
+            raise ArtifactNotFound(f"no artifact {ref!r}")
+        path = self.root / _ARTIFACTS / f"sha256-{match.group(1)}"
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise ArtifactNotFound(f"no artifact {ref!r}") from None
+        except OSError as exc:
+            raise _os_error("read", path, exc) from exc
+
+    def close(self) -> None:
+        """Nothing to release: no file stays open between operations."""
+
+    # ------------------------------------------------------------------ helpers
+
+    def _dir(self, task_id: str) -> Path:
+        return self.root / task_dir_name(task_id)
+
+    @contextlib.contextmanager
+    def _locked(self, task_id: str, directory: Path) -> Iterator[None]:
+        """Hold the task's write lock against other threads, then other processes."""
+        with self._guard:
+            thread_lock = self._locks.setdefault(task_id, threading.Lock())
+        with thread_lock:
+            _mkdir(directory, self.root)
+            lock_path = directory / _LOCK
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+            except OSError as exc:
+                raise _os_error("open", lock_path, exc) from exc
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except OSError as exc:
+                    raise _os_error("lock", lock_path, exc) from exc
+                yield
+            finally:
+                os.close(fd)  # closing the last descriptor releases the flock
+
+    def _head(self, task_id: str, directory: Path) -> _Head | None:
+        path = directory / _HEAD
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _os_error("read", path, exc) from exc
+        try:
+            data = json.loads(text)
+            head = _Head(
+                version=data["version"],
+                chain_len=data["chain_len"],
+                chain_bytes=data["chain_bytes"],
+                updated_at=_timestamp(data["updated_at"]),
+                state=data["state"],
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StateCorrupted(
+                task_id, None, f"{_HEAD} does not load ({_one_line(exc)})"
+            ) from exc
+        if not isinstance(head.version, int) or head.version < 1:
+            raise StateCorrupted(task_id, None, f"{_HEAD} has no valid version")
+        if not isinstance(head.state, dict):
+            raise StateCorrupted(task_id, head.version, f"{_HEAD} holds no state object")
+        return head
+
+    def _require_head(self, task_id: str, directory: Path) -> _Head:
+        head = self._head(task_id, directory)
+        if head is None:
+            raise TaskNotFound(task_id)
+        return head
+
+    def _versions(self, directory: Path, head: int | None) -> list[int]:
+        """Versions with a YAML file, sorted; only those up to ``head`` unless it is None."""
+        versions = []
+        for name in _listdir(directory):
+            match = _STEP.fullmatch(name)
+            if match is not None and _step_name(int(match.group(1))) == name:
+                versions.append(int(match.group(1)))
+        return sorted(v for v in versions if head is None or v <= head)
+
+    def _row(self, task_id: str, directory: Path, version: int) -> Row | None:
+        """The stored checkpoint of ``version``; ``None`` if it has no file (pruned)."""
+        name = _step_name(version)
+        try:
+            text = (directory / name).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _os_error("read", directory / name, exc) from exc
+        try:
+            doc = yaml.load(text, Loader=_YamlLoader)
+        except yaml.YAMLError as exc:
+            raise StateCorrupted(
+                task_id, version, f"{name} is not valid YAML ({_one_line(exc)})"
+            ) from exc
+        try:
+            return _parse_step(version, doc)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise StateCorrupted(task_id, version, f"{name}: {_one_line(exc)}") from exc
+
+    def _event_lines(self, directory: Path, head: int) -> dict[int, str]:
+        """Each version's event line, up to ``head``; the last line of a version wins."""
+        path = directory / _EVENTS
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise _os_error("read", path, exc) from exc
+        lines: dict[int, str] = {}
+        # The part after the last newline is a torn append (or nothing): never complete.
+        for raw in data.split(b"\n")[:-1]:
+            try:
+                text = raw.decode("utf-8")
+                version = json.loads(text)["version"]
+            except (ValueError, KeyError, TypeError):
+                continue  # debris of a crashed append; it cannot belong to a kept version
+            if isinstance(version, int) and 1 <= version <= head:
+                lines[version] = text
+        return lines
+
+    def _lease(self, task_id: str, directory: Path) -> Lease | None:
+        path = directory / _LEASE
+        try:
+            data = json.loads(path.read_bytes())
+            return Lease(task_id, data["worker"], _timestamp(data["expires_at"]))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _os_error("read", path, exc) from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(
+                f"lease file {str(path)!r} does not load ({_one_line(exc)}); delete it to free "
+                "the task"
+            ) from exc
+
+
+# ---------------------------------------------------------------------- encoding
+
+
+def _step_yaml(enc: EncodedCommit, snapshot: bool, now: datetime) -> str:
+    doc: dict[str, Any] = {
+        "task_id": enc.task_id,
+        "version": enc.version,
+        "created_at": now.isoformat(),
+        "stored_as": "snapshot" if snapshot else "delta",
+    }
+    if snapshot:
+        doc["state"] = json.loads(enc.state)
+    if enc.patch is not None:
+        doc["patch"] = json.loads(enc.patch)
+    text: str = yaml.dump(
+        doc,
+        Dumper=_YamlDumper,
+        allow_unicode=True,
+        sort_keys=False,
+        default_flow_style=False,
+        width=_YAML_WIDTH,
+    )
+    return text
+
+
+def _parse_step(version: int, doc: Any) -> Row:
+    """A :class:`Row` from a parsed YAML checkpoint; raises ValueError naming what is wrong."""
+    if not isinstance(doc, dict):
+        raise ValueError("not a mapping")
+    if doc.get("version") != version:
+        raise ValueError(f"header says version {doc.get('version')!r}")
+    stored_as = doc.get("stored_as")
+    patch = doc.get("patch")
+    if patch is not None and not isinstance(patch, list):
+        raise ValueError("patch is not a list of operations")
+    if stored_as == "snapshot":
+        state = doc.get("state")
+        if not isinstance(state, dict):
+            raise ValueError("snapshot has no state mapping")
+        snapshot: str | None = dumps(state)
+    elif stored_as == "delta":
+        if patch is None:
+            raise ValueError("delta has no patch")
+        snapshot = None
+    else:
+        raise ValueError(f"stored_as is {stored_as!r}, not snapshot or delta")
+    return Row(
+        version=version,
+        snapshot=snapshot,
+        patch=dumps(patch) if patch is not None else None,
+        created_at=_timestamp(doc.get("created_at")),
+    )
+
+
+def _head_json(enc: EncodedCommit, chain_len: int, chain_bytes: int, now: datetime) -> str:
+    header = json.dumps(
+        {
+            "task_id": enc.task_id,
+            "version": enc.version,
+            "updated_at": now.isoformat(),
+            "chain_len": chain_len,
+            "chain_bytes": chain_bytes,
+        },
+        ensure_ascii=False,
+    )
+    # The state goes in as the text encode_commit made: no second serialization.
+    return f'{header[:-1]},\n "state": {enc.state}}}\n'
+
+
+def _timestamp(value: Any) -> datetime:
+    # A hand-edited file may lose the quotes, and YAML then reads a datetime.
+    stamp = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+# ---------------------------------------------------------------------- files
+
+
+def _os_error(action: str, path: Path, exc: OSError) -> StoreError:
+    return StoreError(f"cannot {action} {str(path)!r}: {exc.strerror or exc}")
+
+
+def _listdir(directory: Path) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise _os_error("list", directory, exc) from exc
+
+
+def _mkdir(directory: Path, parent: Path) -> None:
+    """Create ``directory`` (one level) and make its entry in ``parent`` durable."""
+    if directory.is_dir():
+        return
+    try:
+        directory.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise _os_error("create", directory, exc) from exc
+    _fsync_dir(parent)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _os_error("delete", path, exc) from exc
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make renames, creations and deletions in ``directory`` durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return  # some filesystems cannot fsync a directory; nothing more to do there
+        raise _os_error("sync", directory, exc) from exc
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``: readers see the old file or the new one, never a mix."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise _os_error("write", path, exc) from exc
+    _fsync_dir(path.parent)
+
+
+def _append_line(path: Path, line: bytes) -> None:
+    """Append one line durably, first cutting off a torn line a crashed writer left.
+
+    The caller holds the task's lock, so nobody else is appending.
+    """
+    created = not path.exists()
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, _FILE_MODE)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                os.ftruncate(fd, _end_of_last_line(fd, size))
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _os_error("append to", path, exc) from exc
+    if created:
+        _fsync_dir(path.parent)
+
+
+def _end_of_last_line(fd: int, size: int, chunk: int = 1 << 16) -> int:
+    """Offset just past the last newline in the file (0 when there is none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        found = os.pread(fd, end - start, start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0

@@ -1,0 +1,221 @@
+"""The durable-state commands end to end: prune, doctor, set, edit, fork, keygen, exit codes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from skillstate.store import open_store
+from tests.test_cli import assert_no_traceback, head_state, log_json, run_cli, store_url
+
+
+@pytest.fixture
+def ledger_task(tmp_path: Path) -> str:
+    """A completed ledger task ``L`` (5 entries) in a SQLite store under tmp_path."""
+    store = store_url(tmp_path)
+    code, _, err = run_cli(
+        tmp_path,
+        "demo",
+        "ledger",
+        "--task-id",
+        "L",
+        "--steps",
+        "5",
+        "--ledger",
+        str(tmp_path / "ledger.txt"),
+        "--store",
+        store,
+        "-q",
+    )
+    assert code == 0, err
+    return store
+
+
+def test_ledger_demo_writes_each_entry_once(tmp_path: Path, ledger_task: str) -> None:
+    """The ledger demo completes with one line per entry, keyed by task and step."""
+    lines = (tmp_path / "ledger.txt").read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [f"entry {n}" for n in range(1, 6)]
+    assert all(line.startswith("L:") for line in lines)
+    assert head_state(ledger_task, "L")["appended"] == 5
+
+
+def test_doctor_prune_and_doctor_again(tmp_path: Path, ledger_task: str) -> None:
+    """doctor passes, prune frees checkpoints, doctor still passes, the head is unchanged."""
+    head = head_state(ledger_task, "L")
+    code, out, err = run_cli(tmp_path, "doctor", "L", "--store", ledger_task)
+    assert code == 0, err
+    assert "healthy" in out
+    code, out, err = run_cli(tmp_path, "prune", "L", "--keep-last", "2", "--store", ledger_task)
+    assert code == 0, err
+    assert "deleted" in out
+    db = open_store(ledger_task)
+    kept = [c.version for c in db.checkpoints("L")]
+    db.close()
+    assert head["version"] in kept
+    assert len(kept) < head["version"]
+    code, out, _ = run_cli(tmp_path, "doctor", "L", "--store", ledger_task)
+    assert code == 0
+    assert "healthy" in out
+    assert head_state(ledger_task, "L") == head
+    assert len(log_json(tmp_path, "L", ledger_task)) == head["version"]  # events are kept
+
+
+def test_doctor_reports_corruption_with_exit_5(tmp_path: Path, ledger_task: str) -> None:
+    """A hand-broken snapshot makes doctor exit 5 and name the version."""
+    conn = sqlite3.connect(tmp_path / "state.db")
+    conn.execute(
+        "UPDATE checkpoints SET snapshot = json_set(snapshot, '$.appended', 'many') "
+        "WHERE task_id = 'L' AND version = 1"
+    )
+    conn.commit()
+    conn.close()
+    code, out, err = run_cli(tmp_path, "doctor", "L", "--store", ledger_task)
+    assert code == 5, out + err
+    assert "corrupted" in out
+    assert "appended" in out
+    assert_no_traceback(out, err)
+
+
+def test_broken_head_stops_resume_with_exit_5(tmp_path: Path, ledger_task: str) -> None:
+    """A corrupted head refuses to run: one line, exit 5, nothing written."""
+    conn = sqlite3.connect(tmp_path / "state.db")
+    conn.execute("UPDATE tasks SET head = json_set(head, '$.status', 'sleeping')")
+    conn.commit()
+    before = conn.execute("SELECT head, version FROM tasks").fetchone()
+    conn.close()
+    code, out, err = run_cli(tmp_path, "resume", "L", "--store", ledger_task)
+    assert code == 5, out + err
+    assert err.count("\n") == 1
+    assert "status" in err
+    assert "nothing was written" in err
+    conn = sqlite3.connect(tmp_path / "state.db")
+    assert conn.execute("SELECT head, version FROM tasks").fetchone() == before
+    conn.close()
+
+
+def test_set_commits_as_human_and_refuses_bad_values(tmp_path: Path, ledger_task: str) -> None:
+    """set validates; a good value is one human commit, a bad one exits 2 and writes nothing."""
+    code, out, err = run_cli(
+        tmp_path, "set", "L", "target=7", "facts.note=checked by hand", "--store", ledger_task
+    )
+    assert code == 0, err
+    state = head_state(ledger_task, "L")
+    assert state["target"] == 7
+    assert state["facts"] == {"note": "checked by hand"}
+    last = log_json(tmp_path, "L", ledger_task)[-1]
+    assert last["actor"] == "human"
+    assert last["action"]["kind"] == "set"
+    for bad in ("target=lots", "version=1", "nosuch=1", "novalue", "target=[unclosed"):
+        code, out, err = run_cli(tmp_path, "set", "L", bad, "--store", ledger_task)
+        assert code == 2, (bad, out, err)
+        assert err.startswith("error: "), err
+        assert err.count("\n") == 1, err
+    assert head_state(ledger_task, "L") == state
+
+
+def _editor(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "editor.py"
+    script.write_text(
+        "import sys, pathlib\np = pathlib.Path(sys.argv[1])\ntext = p.read_text()\n" + body
+    )
+    return f"{sys.executable} {script}"
+
+
+def test_edit_in_editor(tmp_path: Path, ledger_task: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """edit commits a validated change, reports no change, and refuses invalid YAML."""
+    version = head_state(ledger_task, "L")["version"]
+    monkeypatch.setenv(
+        "EDITOR", _editor(tmp_path, "p.write_text(text.replace('target: 5', 'target: 9'))")
+    )
+    code, out, err = run_cli(tmp_path, "edit", "L", "--store", ledger_task)
+    assert code == 0, err
+    assert head_state(ledger_task, "L")["target"] == 9
+    assert head_state(ledger_task, "L")["version"] == version + 1
+
+    monkeypatch.setenv("EDITOR", _editor(tmp_path, "pass"))
+    code, out, _ = run_cli(tmp_path, "edit", "L", "--store", ledger_task)
+    assert code == 0
+    assert "no changes" in out
+
+    monkeypatch.setenv("EDITOR", _editor(tmp_path, "p.write_text('target: [oops')"))
+    code, out, err = run_cli(tmp_path, "edit", "L", "--store", ledger_task)
+    assert code == 2
+    assert "not valid YAML" in err
+    monkeypatch.setenv("EDITOR", _editor(tmp_path, "p.write_text(text + 'appended: many\\n')"))
+    code, out, err = run_cli(tmp_path, "edit", "L", "--store", ledger_task)
+    assert code == 2
+    assert "appended" in err
+    assert head_state(ledger_task, "L")["version"] == version + 1
+
+
+def test_fork_and_resume_the_fork(tmp_path: Path, ledger_task: str) -> None:
+    """fork --at starts a new task from that version; resuming it completes on its own."""
+    code, _out, err = run_cli(
+        tmp_path, "fork", "L", "--at", "3", "--new-id", "F", "--store", ledger_task
+    )
+    assert code == 0, err
+    forked = head_state(ledger_task, "F")
+    assert forked["version"] == 1
+    assert forked["appended"] == 1
+    code, _, err = run_cli(tmp_path, "resume", "F", "--store", ledger_task, "-q")
+    assert code == 0, err
+    assert head_state(ledger_task, "F")["appended"] == 5
+    lines = (tmp_path / "ledger.txt").read_text().splitlines()
+    assert sum(1 for line in lines if line.startswith("F:")) == 4  # entries 2..5
+
+
+def test_a_task_held_by_a_live_worker_exits_3(tmp_path: Path, ledger_task: str) -> None:
+    """resume while another live worker holds the lease: exit 3, one line, nothing written."""
+    run_cli(tmp_path, "set", "L", "target=6", "--store", ledger_task)
+    db = open_store(ledger_task)
+    db.claim("L", "another-host:4242", 300)
+    db.close()
+    version = head_state(ledger_task, "L")["version"]
+    code, out, err = run_cli(tmp_path, "resume", "L", "--store", ledger_task)
+    assert code == 3, out + err
+    assert "another-host:4242" in err
+    assert err.count("\n") == 1
+    assert head_state(ledger_task, "L")["version"] == version
+
+
+def test_keygen_prints_a_usable_key(tmp_path: Path) -> None:
+    """keygen prints one Fernet key."""
+    from cryptography.fernet import Fernet
+
+    code, out, err = run_cli(tmp_path, "keygen")
+    assert code == 0, err
+    Fernet(out.strip().encode())  # raises if it is not a key
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "prune nope --store {store}",
+        "prune L --keep-last 0 --store {store}",
+        "doctor nope --store {store}",
+        "set nope a=1 --store {store}",
+        "edit nope --store {store}",
+        "fork nope --at 1 --new-id x --store {store}",
+        "fork L --at 99 --new-id x --store {store}",
+        "fork L --at 2 --new-id L --store {store}",
+        "fork L --at 1 --new-id 'has space' --store {store}",
+        "demo ticket --steps 3 --store {store}",
+        "demo ledger --steps -1 --store {store}",
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, ledger_task: str, command: str) -> None:
+    """Bad arguments to the durable-state commands: exit 2, one error line, no traceback."""
+    import shlex
+
+    before = head_state(ledger_task, "L")
+    code, out, err = run_cli(tmp_path, *shlex.split(command.format(store=ledger_task)))
+    assert code == 2, (command, out, err)
+    assert err.startswith("error: "), err
+    assert err.count("\n") == 1, err
+    assert_no_traceback(out, err)
+    assert head_state(ledger_task, "L") == before
+    assert json.dumps(before)  # unchanged and still loadable

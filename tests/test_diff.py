@@ -1,0 +1,48 @@
+"""make_patch: exact on any JSON pair, and shaped for the runtime's hot path."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skillstate.state.diff import apply_patch, make_patch
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=20,
+)
+documents = st.dictionaries(st.text(max_size=6), json_values, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents, documents)
+def test_patch_turns_before_into_after(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Applying the patch gives exactly ``after``, types included (1, 1.0 and True differ)."""
+    result = apply_patch(copy.deepcopy(before), make_patch(before, after))
+    assert json.dumps(result, sort_keys=True) == json.dumps(after, sort_keys=True)
+
+
+def test_type_only_changes_are_recorded() -> None:
+    """1 -> True and 1 -> 1.0 are equal in Python but different JSON: they are patched."""
+    patch = make_patch({"a": 1, "b": [1], "c": {"d": 1}}, {"a": True, "b": [1.0], "c": {"d": 1}})
+    assert {op["path"] for op in patch} == {"/a", "/b"}
+
+
+def test_appends_become_add_ops() -> None:
+    """A list that only grew is patched with appends, not replaced."""
+    before = {"log": ["a", "b"], "n": 1}
+    after = {"log": ["a", "b", "c"], "n": 1}
+    assert make_patch(before, after) == [{"op": "add", "path": "/log/-", "value": "c"}]
+
+
+def test_nested_changes_are_local_and_keys_escaped() -> None:
+    """Only the changed leaf is written; ``/`` and ``~`` in keys are escaped."""
+    before = {"facts": {"a/b": 1, "c~": {"x": 1}, "big": list(range(100))}}
+    after = {"facts": {"a/b": 2, "c~": {"x": 1}, "big": list(range(100))}}
+    assert make_patch(before, after) == [{"op": "replace", "path": "/facts/a~1b", "value": 2}]
