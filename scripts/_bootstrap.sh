@@ -5,7 +5,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
-EXTRAS="${SKILLSTATE_EXTRAS:-dev,all}"
+EXTRAS="${SKILLSTATE_EXTRAS:-dev,all,bench}"
 STAMP="$VENV/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-${EXTRAS//,/_}"
 if [ ! -x "$VENV/bin/python" ]; then
   echo "bootstrap: creating .venv with $($PY --version)" >&2

@@ -68,7 +68,7 @@ def test_doctor_reports_corruption_with_exit_5(tmp_path: Path, ledger_task: str)
     """A hand-broken snapshot makes doctor exit 5 and name the version."""
     conn = sqlite3.connect(tmp_path / "state.db")
     conn.execute(
-        "UPDATE checkpoints SET snapshot = json_set(snapshot, '$.appended', 'many') "
+        "UPDATE versions SET snapshot = json_set(snapshot, '$.appended', 'many') "
         "WHERE task_id = 'L' AND version = 1"
     )
     conn.commit()

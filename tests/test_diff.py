@@ -9,9 +9,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillstate.state.diff import apply_patch, make_patch
+from skillstate.state.diff import Differ, apply_patch, make_patch
 
-scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
 json_values = st.recursive(
     scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
@@ -46,3 +52,30 @@ def test_nested_changes_are_local_and_keys_escaped() -> None:
     before = {"facts": {"a/b": 1, "c~": {"x": 1}, "big": list(range(100))}}
     after = {"facts": {"a/b": 2, "c~": {"x": 1}, "big": list(range(100))}}
     assert make_patch(before, after) == [{"op": "replace", "path": "/facts/a~1b", "value": 2}]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(documents, min_size=2, max_size=5))
+def test_differ_over_a_chain_of_versions(versions: list[dict[str, Any]]) -> None:
+    """Successive diffs (with cached texts) rebuild every version; the text is the JSON."""
+    differ = Differ()
+    current = versions[0]
+    for nxt in versions[1:]:
+        patch, document = differ.diff(current, nxt)
+        rebuilt = apply_patch(copy.deepcopy(current), patch)
+        assert json.dumps(rebuilt, sort_keys=True) == json.dumps(nxt, sort_keys=True)
+        assert json.loads(document.text) == nxt
+        assert document.text == json.dumps(nxt, separators=(",", ":"), ensure_ascii=False)
+        current = document  # what the runtime passes next: the committed document
+
+
+def test_differ_appends_and_detects_type_changes() -> None:
+    """Grown lists become appends; 1 -> true is a change even though 1 == True."""
+    differ = Differ()
+    first = {"log": ["a"], "n": 1, "same": {"x": [1, 2]}}
+    patch, doc = differ.diff({}, first)
+    patch, _ = differ.diff(doc, {"log": ["a", "b,c"], "n": True, "same": {"x": [1, 2]}})
+    assert patch == [
+        {"op": "add", "path": "/log/-", "value": "b,c"},
+        {"op": "replace", "path": "/n", "value": True},
+    ]

@@ -437,12 +437,12 @@ class TestDoctor:
         delta = max(i.version for i in infos if not i.snapshot and i.version != snapshot - 1)
         conn = sqlite3.connect(tmp_path / "s.db")
         conn.execute(
-            "UPDATE checkpoints SET snapshot = json_set(snapshot, '$.sent', 99) "
+            "UPDATE versions SET snapshot = json_set(snapshot, '$.sent', 99) "
             "WHERE task_id = 't' AND version = ?",
             (snapshot,),
         )
         conn.execute(
-            'UPDATE checkpoints SET patch = \'[{"op":"remove","path":"/nope"}]\' '
+            'UPDATE versions SET patch = \'[{"op":"remove","path":"/nope"}]\' '
             "WHERE task_id = 't' AND version = ?",
             (delta,),
         )
@@ -459,7 +459,7 @@ class TestDoctor:
         store, agent = self._task(tmp_path)
         conn = sqlite3.connect(tmp_path / "s.db")
         conn.execute(
-            "UPDATE checkpoints SET snapshot = json_set(snapshot, '$.sent', 'lots') "
+            "UPDATE versions SET snapshot = json_set(snapshot, '$.sent', 'lots') "
             "WHERE task_id = 't' AND version = 1"
         )
         conn.commit()

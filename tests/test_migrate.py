@@ -199,8 +199,7 @@ def raw_rows(path: Path) -> list[tuple[Any, ...]]:
     with closing(sqlite3.connect(path)) as conn:
         return [
             *conn.execute("SELECT * FROM tasks ORDER BY task_id"),
-            *conn.execute("SELECT * FROM checkpoints ORDER BY task_id, version"),
-            *conn.execute("SELECT * FROM events ORDER BY task_id, version"),
+            *conn.execute("SELECT * FROM versions ORDER BY task_id, version"),
         ]
 
 
@@ -208,7 +207,7 @@ def checkpoint_rows(path: Path) -> list[tuple[Any, ...]]:
     """The stored checkpoint rows of T-1 (snapshot or patch), oldest first."""
     with closing(sqlite3.connect(path)) as conn:
         return list(
-            conn.execute("SELECT * FROM checkpoints WHERE task_id = ? ORDER BY version", (TASK,))
+            conn.execute("SELECT * FROM versions WHERE task_id = ? ORDER BY version", (TASK,))
         )
 
 

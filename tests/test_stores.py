@@ -121,3 +121,13 @@ class TestSQLite:
         assert "version 1" in str(info.value)
         assert store._conn.execute("SELECT head FROM tasks").fetchone()[0] == "{not json"
         store.close()
+
+    def test_synchronous_option(self, tmp_path: Path) -> None:
+        """?synchronous=full fsyncs every commit; unknown options are refused."""
+        store = open_store(f"sqlite:///{tmp_path}/s.db?synchronous=full")
+        assert isinstance(store, SQLiteStore)
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        store.close()
+        for bad in ("?synchronous=sometimes", "?fast=1"):
+            with pytest.raises(InvalidStoreURL):
+                open_store(f"sqlite:///{tmp_path}/t.db{bad}")

@@ -1,5 +1,8 @@
 """Records that cross the store boundary: one :class:`Event` per committed version.
 
+Every optional field of these records defaults to ``None``: stores leave ``None``
+fields out of what they write, and reading must give the same event back.
+
 An event is the audit line of a step: what was decided, which skill (and version)
 ran, which tools it called, what verify said, and the JSON Patch from the previous
 state. Events are append-only; the state card is their fold.
@@ -57,8 +60,8 @@ class ToolCall(_Record):
 class SkillTransition(_Record):
     """An explicit change of the active skill (seed 001, §8.6)."""
 
-    from_skill: str | None
-    to_skill: str | None
+    from_skill: str | None = None
+    to_skill: str | None = None
     reason: str = ""
 
 

@@ -33,7 +33,7 @@ from skillstate.errors import (
 )
 from skillstate.events import Actor, Event, SkillTransition, ToolCall, Verdict, utcnow
 from skillstate.skills.skill import Outcome, Skill, SkillContext
-from skillstate.state.diff import make_patch
+from skillstate.state.diff import Differ
 from skillstate.state.fingerprint import current_digest
 from skillstate.state.model import (
     AgentState,
@@ -122,6 +122,7 @@ class Runtime:
         # at. Patches are made against it, not against the parsed state: after a
         # schema migration the two differ, and a store replays patches over raw docs.
         self._raw: dict[str, dict[str, Any]] = {}
+        self._differs: dict[str, Differ] = {}
 
     # ------------------------------------------------------------------ public
 
@@ -138,7 +139,11 @@ class Runtime:
         """
         checkpoint = self.store.load(task_id)
         state = self.agent.parse_state(checkpoint.state, task_id=task_id)
-        self._raw[task_id] = checkpoint.state
+        cached = self._raw.get(task_id)
+        if cached is None or cached.get("version") != checkpoint.version:
+            # A version is written once (compare-and-set), so a cached document of the same
+            # version is the head's: keeping it keeps the differ's texts valid.
+            self._raw[task_id] = checkpoint.state
         return state
 
     def run(
@@ -648,6 +653,7 @@ class Runtime:
         if before is not None:
             raw = self._raw.get(before.task_id)
             base = raw if raw is not None and raw.get("version") == expected else before.to_json()
+        patch, stored = self._differs.setdefault(final.task_id, Differ()).diff(base, document)
         event = Event(
             task_id=final.task_id,
             version=final.version,
@@ -661,13 +667,13 @@ class Runtime:
             tool_calls=draft.tool_calls,
             skill_transition=draft.transition,
             error=draft.error,
-            patch=make_patch(base, document),
+            patch=patch,
             view_tokens=view.tokens if view else None,
             started_at=started or utcnow(),
         )
         if redactor:
             event = redactor.event(event)
-        self.store.commit(final.task_id, expected, document, event)
+        self.store.commit(final.task_id, expected, stored, event)
         self._raw[final.task_id] = document
         if self.observer is not None and before is not None:
             self.observer(StepReport(before=before, after=final, event=event, view=view))

@@ -15,14 +15,16 @@ every node and costs about a millisecond per step on a 100 KB state.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import jsonpatch
 
+from skillstate._json import dumps
 from skillstate.errors import StateError
 
-__all__ = ["Patch", "apply_patch", "make_patch"]
+__all__ = ["Differ", "JsonDocument", "Patch", "apply_patch", "make_patch"]
 
 Patch = list[dict[str, Any]]
 """A JSON Patch document: a list of ``{"op", "path", ...}`` operations."""
@@ -33,6 +35,78 @@ def make_patch(before: dict[str, Any], after: dict[str, Any]) -> Patch:
     ops: Patch = []
     _diff_object(before, after, "", ops)
     return ops
+
+
+_dumps = dumps  # the exact text stores write
+
+
+class JsonDocument(dict[str, Any]):
+    """A JSON object that carries its serialized text, so a store need not dump it again."""
+
+    text: str
+
+    @classmethod
+    def of(cls, value: dict[str, Any], text: str) -> JsonDocument:
+        document = cls(value)
+        document.text = text
+        return document
+
+
+class Differ:
+    """Diffs successive versions of one document, the way the runtime commits them.
+
+    Each top-level value is serialized once; its JSON text is kept for the next
+    diff. A key whose text did not change is skipped without walking it (text
+    equality is exact: ``1``, ``1.0`` and ``true`` differ), and a list whose old
+    text is a prefix of its new text only grew, so it becomes appends. Only keys
+    that really changed are diffed structurally. The texts also assemble the
+    document's own serialization (:class:`JsonDocument`), which the store writes.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self._texts: dict[str, str] = {}
+
+    def diff(self, before: dict[str, Any], after: dict[str, Any]) -> tuple[Patch, JsonDocument]:
+        """The patch from ``before`` to ``after``, and ``after`` with its JSON text."""
+        if self._last is not None and (before is self._last[0] or before is self._last[1]):
+            old_texts = self._texts
+        else:
+            old_texts = {key: _dumps(value) for key, value in before.items()}
+        new_texts = {key: _dumps(value) for key, value in after.items()}
+        ops: Patch = []
+        for key in before:
+            if key not in after:
+                ops.append({"op": "remove", "path": f"/{_escape(key)}"})
+        for key, new in after.items():
+            text = new_texts[key]
+            old_text = old_texts.get(key)
+            if text == old_text:
+                continue
+            where = f"/{_escape(key)}"
+            if old_text is None:
+                ops.append({"op": "add", "path": where, "value": new})
+                continue
+            old = before[key]
+            if isinstance(old, list) and isinstance(new, list) and len(new) > len(old):
+                # Exact: a JSON array text ending in "," after k complete values fixes them.
+                head = "[" if not old else old_text[:-1] + ","
+                if text.startswith(head):
+                    ops.extend(
+                        {"op": "add", "path": f"{where}/-", "value": item}
+                        for item in new[len(old) :]
+                    )
+                    continue
+            if isinstance(old, dict) and isinstance(new, dict):
+                _diff_object(old, new, where, ops)
+            else:
+                ops.append({"op": "replace", "path": where, "value": new})
+        body = ",".join(_key_prefix(key) + text for key, text in new_texts.items())
+        document = JsonDocument.of(after, "{" + body + "}")
+        # The caller may pass either object back as the next ``before``.
+        self._last = (after, document)
+        self._texts = new_texts
+        return ops, document
 
 
 def _diff_object(before: dict[str, Any], after: dict[str, Any], path: str, ops: Patch) -> None:
@@ -60,6 +134,11 @@ def _diff_object(before: dict[str, Any], after: dict[str, Any], path: str, ops: 
             )
         else:
             ops.append({"op": "replace", "path": where, "value": new})
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_prefix(key: str) -> str:
+    return _dumps(key) + ":"
 
 
 def _strict_equal(a: Any, b: Any) -> bool:

@@ -20,6 +20,7 @@ import os
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -82,29 +83,36 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         """,
     ),
     (
-        # Delta checkpoints: the head moves into the tasks row; a checkpoint keeps
-        # either a snapshot or the patch from the previous version. Every version
-        # written by schema 1 was a full copy, so each becomes a snapshot. Events
-        # written by schema 1 keep the patch inside their JSON; that still loads.
+        # Delta checkpoints: the head moves into the tasks row, and one row per
+        # version holds its event and its checkpoint: a snapshot, or the patch from
+        # the previous version. One row (not a checkpoint row and an event row) is
+        # one b-tree insert per commit. A rowid table, because WITHOUT ROWID keeps at
+        # most ~1 KB of a row in its page and spills the rest to overflow pages.
+        # Bodies of 768 B or more are stored zlib-compressed (BLOB), smaller ones
+        # as text. ``kept`` = 0 once pruned: the event stays, the checkpoint is gone.
+        # Every version written by schema 1 was a full copy: each becomes a snapshot,
+        # and its event keeps its patch inside its JSON (that still loads).
         2,
         """
-        CREATE TABLE checkpoints_v2 (
+        CREATE TABLE versions (
             task_id    TEXT NOT NULL,
             version    INTEGER NOT NULL,
-            snapshot   TEXT,
-            patch      TEXT,
+            kept       INTEGER NOT NULL,
+            snapshot   BLOB,
+            patch      BLOB,
+            event      BLOB NOT NULL,
             created_at TEXT NOT NULL,
             PRIMARY KEY (task_id, version)
-        ) WITHOUT ROWID;
-        INSERT INTO checkpoints_v2 SELECT task_id, version, state, NULL, created_at
-            FROM checkpoints;
+        );
+        INSERT INTO versions SELECT c.task_id, c.version, 1, c.state, NULL, e.event, c.created_at
+            FROM checkpoints c JOIN events e ON e.task_id = c.task_id AND e.version = c.version;
         ALTER TABLE tasks ADD COLUMN head TEXT;
         ALTER TABLE tasks ADD COLUMN chain_len INTEGER NOT NULL DEFAULT 0;
         ALTER TABLE tasks ADD COLUMN chain_bytes INTEGER NOT NULL DEFAULT 0;
         UPDATE tasks SET head = (SELECT state FROM checkpoints c
             WHERE c.task_id = tasks.task_id AND c.version = tasks.version);
         DROP TABLE checkpoints;
-        ALTER TABLE checkpoints_v2 RENAME TO checkpoints;
+        DROP TABLE events;
         CREATE TABLE leases (
             task_id    TEXT PRIMARY KEY,
             worker     TEXT NOT NULL,
@@ -114,6 +122,10 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     ),
 )
 
+_COMPRESS_FROM = 768
+"""Bodies at least this long are stored compressed (agent text compresses ~3x). Below
+it, zlib costs more time per commit than the bytes are worth."""
+
 _WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
 """Checkpoint the WAL in the background once it is this large."""
 
@@ -122,15 +134,22 @@ class SQLiteStore:
     """A store in one SQLite file (or in memory)."""
 
     def __init__(
-        self, path: str | Path, *, url: str | None = None, max_chain: int = DEFAULT_MAX_CHAIN
+        self,
+        path: str | Path,
+        *,
+        url: str | None = None,
+        max_chain: int = DEFAULT_MAX_CHAIN,
+        synchronous: str = "normal",
     ) -> None:
         self.path = str(path)
         self.url = url or f"sqlite:///{self.path}"
         self.max_chain = max_chain
+        if synchronous.lower() not in {"normal", "full"}:
+            raise InvalidStoreURL(f"synchronous must be normal or full, got {synchronous!r}")
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._conn = _connect(self.path)
+            self._conn = _connect(self.path, synchronous.upper())
         except (OSError, sqlite3.Error) as exc:
             # A path that cannot hold a database is bad input, not a backend fault.
             raise InvalidStoreURL(f"cannot open SQLite database {self.path!r}: {exc}") from exc
@@ -143,11 +162,16 @@ class SQLiteStore:
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
-        rest = url.split("://", 1)[1]
+        """``sqlite:///path.db``; ``?synchronous=full`` also survives power loss (slower)."""
+        rest, _, query = url.split("://", 1)[1].partition("?")
         path = rest[1:] if rest.startswith("/") else rest
         if not path:
             raise InvalidStoreURL(f"{url!r} names no database file (try sqlite:///state.db)")
-        return cls(path, url=url)
+        options = dict(part.partition("=")[::2] for part in query.split("&") if part)
+        unknown = set(options) - {"synchronous"}
+        if unknown:
+            raise InvalidStoreURL(f"unknown SQLite URL option(s): {', '.join(sorted(unknown))}")
+        return cls(path, url=url, synchronous=options.get("synchronous", "normal"))
 
     # ------------------------------------------------------------------ schema
 
@@ -186,6 +210,10 @@ class SQLiteStore:
     ) -> int:
         enc = encode_commit(task_id, expected_version, state, event)
         now = utcnow().isoformat()
+        # take_snapshot with an empty chain says whether the snapshot is forced; the
+        # rest of its rule needs the chain counters, so it runs in the UPDATE itself
+        # (SET expressions see the row before the update), keeping the version check,
+        # the decision and the write one statement.
         with self._tx() as cur:
             row = cur.execute(
                 "SELECT version, chain_len, chain_bytes FROM tasks WHERE task_id = ?", (task_id,)
@@ -207,10 +235,16 @@ class SQLiteStore:
                 (task_id, enc.version, now, enc.state, chain_len, chain_bytes),
             )
             cur.execute(
-                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?)",
-                (task_id, enc.version, enc.state if snapshot else None, enc.patch, now),
+                "INSERT INTO versions VALUES (?, ?, 1, ?, ?, ?, ?)",
+                (
+                    task_id,
+                    enc.version,
+                    _pack(enc.state) if snapshot else None,
+                    _pack(enc.patch),
+                    _pack(enc.event),
+                    now,
+                ),
             )
-            cur.execute("INSERT INTO events VALUES (?, ?, ?)", (task_id, enc.version, enc.event))
         return enc.version
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
@@ -218,18 +252,19 @@ class SQLiteStore:
         if version == head.version:
             return head
         rows = [
-            Row(v, snapshot, patch, datetime.fromisoformat(created))
+            Row(v, _unpack(snapshot), _unpack(patch), datetime.fromisoformat(created))
             for v, snapshot, patch, created in self._all(
-                "SELECT version, snapshot, patch, created_at FROM checkpoints "
-                "WHERE task_id = ? AND version <= ? AND version >= (SELECT MAX(version) "
-                "FROM checkpoints WHERE task_id = ? AND version <= ? AND snapshot IS NOT NULL) "
-                "ORDER BY version",
+                "SELECT version, snapshot, patch, created_at FROM versions "
+                "WHERE task_id = ? AND kept AND version <= ? AND version >= (SELECT MAX(version) "
+                "FROM versions WHERE task_id = ? AND kept AND version <= ? "
+                "AND snapshot IS NOT NULL) ORDER BY version",
                 (task_id, version, task_id, version),
             )
         ]
         if not rows or rows[-1].version != version:
             if self._one(
-                "SELECT 1 FROM checkpoints WHERE task_id = ? AND version = ?", (task_id, version)
+                "SELECT 1 FROM versions WHERE task_id = ? AND version = ? AND kept",
+                (task_id, version),
             ):
                 rows = []  # the version is kept but nothing it depends on is: rebuild says so
             else:
@@ -240,7 +275,7 @@ class SQLiteStore:
         rows = self._all(
             "SELECT version, snapshot IS NOT NULL, "
             "length(CAST(coalesce(snapshot, patch, '') AS BLOB)), created_at "
-            "FROM checkpoints WHERE task_id = ? ORDER BY version",
+            "FROM versions WHERE task_id = ? AND kept ORDER BY version",
             (task_id,),
         )
         if not rows:
@@ -252,14 +287,12 @@ class SQLiteStore:
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
         rows = self._all(
-            "SELECT e.event, c.patch FROM events e LEFT JOIN checkpoints c "
-            "ON c.task_id = e.task_id AND c.version = e.version "
-            "WHERE e.task_id = ? AND e.version > ? ORDER BY e.version",
+            "SELECT event, patch FROM versions WHERE task_id = ? AND version > ? ORDER BY version",
             (task_id, since),
         )
         if not rows:
             self.load(task_id)
-        return [restore_event(task_id, text, patch) for text, patch in rows]
+        return [restore_event(task_id, _unpack(text) or "", _unpack(patch)) for text, patch in rows]
 
     def tasks(self) -> list[str]:
         return [row[0] for row in self._all("SELECT task_id FROM tasks ORDER BY task_id", ())]
@@ -267,8 +300,8 @@ class SQLiteStore:
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
         with self._tx() as cur:
             rows = cur.execute(
-                "SELECT version, snapshot IS NOT NULL, created_at FROM checkpoints "
-                "WHERE task_id = ? ORDER BY version",
+                "SELECT version, snapshot IS NOT NULL, created_at FROM versions "
+                "WHERE task_id = ? AND kept ORDER BY version",
                 (task_id,),
             ).fetchall()
             if not rows:
@@ -279,7 +312,8 @@ class SQLiteStore:
             ]
             kept, deleted = plan_prune(task_id, infos, keep_last=keep_last, keep_every=keep_every)
             cur.executemany(
-                "DELETE FROM checkpoints WHERE task_id = ? AND version = ?",
+                "UPDATE versions SET kept = 0, snapshot = NULL, patch = NULL "
+                "WHERE task_id = ? AND version = ?",
                 [(task_id, v) for v in deleted],
             )
         return PruneResult(task_id, kept, deleted)
@@ -358,16 +392,29 @@ class SQLiteStore:
                 raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str, synchronous: str) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN ourselves, so the lock mode is explicit.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
     conn.execute("PRAGMA journal_mode=WAL")
-    # NORMAL is safe from corruption in WAL mode; a power cut may lose the last
-    # commits but never half of one.
-    conn.execute("PRAGMA synchronous=NORMAL")
+    # NORMAL (the default) is safe from corruption and from a killed process in WAL
+    # mode; a power cut or OS crash may lose the last commits, never half of one.
+    # FULL fsyncs every commit, for when even that is not acceptable.
+    conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA wal_autocheckpoint=0")
     return conn
+
+
+def _pack(text: str | None) -> str | bytes | None:
+    if text is None or len(text) < _COMPRESS_FROM:
+        return text
+    return zlib.compress(text.encode(), 1)
+
+
+def _unpack(value: str | bytes | None) -> str | None:
+    if isinstance(value, bytes):
+        return zlib.decompress(value).decode()
+    return value
 
 
 def _utc(timestamp: float) -> datetime:

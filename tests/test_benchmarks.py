@@ -1,0 +1,79 @@
+"""The store benchmark runs end to end (a smoke run: no timing is asserted here).
+
+Timing targets are never unit-tested in this project: the benchmark prints them as
+PASS/FAIL and ``docs/benchmarks.md`` records a full run. This only checks that
+``benchmarks/store_overhead.py --quick`` works on the backends that need no server
+and prints every table.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "store_overhead.py"
+_RICH_ENV = ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERM", "COLUMNS")
+HAS_LANGGRAPH = (
+    all(importlib.util.find_spec(name) is not None for name in ("langgraph", "ormsgpack"))
+    and importlib.util.find_spec("langgraph.checkpoint.sqlite") is not None
+)
+
+
+def run_benchmark(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in _RICH_ENV}
+    env["PYTHONIOENCODING"] = "utf-8"
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], str]:
+    markdown = tmp_path_factory.mktemp("bench") / "store_overhead.md"
+    result = run_benchmark("--quick", "--backends", "sqlite,memory", "--markdown", str(markdown))
+    return result, markdown.read_text(encoding="utf-8") if markdown.exists() else ""
+
+
+def test_quick_run_exits_cleanly(quick: tuple[subprocess.CompletedProcess[str], str]) -> None:
+    result, _ = quick
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_quick_run_prints_every_table(quick: tuple[subprocess.CompletedProcess[str], str]) -> None:
+    result, markdown = quick
+    headings = [
+        "Commit latency, bytes stored, load head: explicit workload",
+        "Commit latency, bytes stored, load head: history workload",
+        "Concurrency: 8 writer processes",
+        "Targets",
+        "Definitions",
+    ]
+    if HAS_LANGGRAPH:
+        headings += ["Ours / LangGraph (same run)", "Real LangGraph StateGraph"]
+    for heading in headings:
+        assert heading in result.stdout, heading
+        if heading != "Definitions":
+            assert f"### {heading}" in markdown, heading
+    for system in ("sqlite", "memory"):
+        assert f"│ {system} " in result.stdout
+    assert "FAILED" not in result.stdout
+    assert markdown.startswith("## Store overhead")
+
+
+def test_unknown_backend_is_a_usage_error() -> None:
+    result = run_benchmark("--quick", "--backends", "sqlite,nope")
+    assert result.returncode == 2
+    assert "unknown backend(s) nope" in result.stderr

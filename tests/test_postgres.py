@@ -1,0 +1,398 @@
+"""PostgreSQL-specific tests; the Store contract itself runs in ``tests/contract``.
+
+Tests that need the server take the ``pg_url`` fixture: a fresh schema on the
+contract suite's server (``SKILLSTATE_TEST_POSTGRES_URL``), dropped afterwards,
+skipped (or failed, with ``SKILLSTATE_REQUIRE_SERVICES=1``) when it is down.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skillstate.errors import InvalidStoreURL, StaleState, StateCorrupted, StoreError
+from skillstate.events import Event
+from skillstate.state.diff import make_patch
+from skillstate.store import open_store
+from skillstate.store.chain import encode_commit, take_snapshot
+from skillstate.store.memory import MemoryStore
+from skillstate.store.postgres import DEFAULT_SCHEMA, MIGRATIONS, PostgresStore, parse_url
+from tests.contract.backends import drop_postgres_schemas, postgres_url_for
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    """A store URL with a schema of this test's own, dropped after the test."""
+    yield postgres_url_for(tmp_path)
+    drop_postgres_schemas()
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[PostgresStore]:
+    store = PostgresStore(pg_url)
+    yield store
+    store.close()
+
+
+def _event(task_id: str, version: int, **extra: Any) -> Event:
+    return Event(
+        task_id=task_id, version=version, actor="runtime", action={"kind": "test"}, **extra
+    )
+
+
+def _sql(store: PostgresStore, query: str) -> list[tuple[Any, ...]]:
+    """Run raw SQL on the store's own pool (to inspect or damage what it wrote)."""
+    with store._connection() as conn:
+        cur = conn.execute(query)
+        return cur.fetchall() if cur.description else []
+
+
+# ---------------------------------------------------------------- URLs (no server)
+
+
+class TestURL:
+    def test_schema_is_taken_out_of_the_conninfo(self) -> None:
+        """``schema`` selects the Postgres schema; every other parameter goes to libpq."""
+        parsed = parse_url("postgresql://u@db.example:6543/app?sslmode=require&schema=tenant_a")
+        assert parsed.schema == "tenant_a"
+        assert parsed.conninfo == "postgresql://u@db.example:6543/app?sslmode=require"
+
+    def test_default_schema_and_postgres_scheme(self) -> None:
+        """Without ``schema`` the store uses the default one; ``postgres://`` works too."""
+        parsed = parse_url("postgres://u@localhost/app")
+        assert parsed.schema == DEFAULT_SCHEMA
+        assert parsed.conninfo == "postgres://u@localhost/app"
+
+    def test_password_is_masked(self) -> None:
+        """The password never shows, whether in the user info or a query parameter."""
+        assert (
+            parse_url("postgresql://user:s3cr%40t@host:5432/db?schema=x").masked
+            == "postgresql://user:***@host:5432/db?schema=x"
+        )
+        masked = parse_url("postgresql://user@host/db?password=s3cret&sslmode=disable").masked
+        assert "s3cret" not in masked
+        assert masked == "postgresql://user@host/db?password=***&sslmode=disable"
+        assert parse_url("postgresql://user@host/db").masked == "postgresql://user@host/db"
+
+    @pytest.mark.parametrize(
+        "url",
+        [
+            "mysql://u@h/db",
+            "postgresql://u@h/db?schema=",
+            "postgresql://u@h/db?schema=a&schema=b",
+            "postgresql://u@h/db?schema=" + "x" * 64,
+            "postgresql://u@h/db?schema=pg_catalog",
+        ],
+    )
+    def test_unusable_urls_are_refused(self, url: str) -> None:
+        """A URL that cannot name one schema safely is InvalidStoreURL, before connecting."""
+        with pytest.raises(InvalidStoreURL):
+            parse_url(url)
+
+    def test_bad_connection_option_is_invalid_url(self) -> None:
+        """A parameter libpq does not know is the URL's fault, reported before connecting."""
+        with pytest.raises(InvalidStoreURL, match="bogus_option"):
+            PostgresStore("postgresql://u@127.0.0.1:1/db?bogus_option=1")
+
+    def test_unreachable_server_is_one_line_and_fast(self) -> None:
+        """A server that refuses connections gives a one-line StoreError at once."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(StoreError) as info:
+            open_store(f"postgresql://someone:hunter2@127.0.0.1:{port}/test")
+        assert time.monotonic() - started < 5
+        message = str(info.value)
+        assert "\n" not in message
+        assert "hunter2" not in message
+        assert str(port) in message
+
+    def test_psycopg_is_imported_only_when_opened(self) -> None:
+        """``import skillstate.store`` (even the postgres module) never needs psycopg."""
+        code = (
+            "import sys, skillstate.store, skillstate.store.postgres\n"
+            "assert 'psycopg' not in sys.modules, 'psycopg imported'\n"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True)
+
+    def test_missing_driver_names_the_extra(self) -> None:
+        """Without psycopg, opening a postgresql:// URL says which extra to install."""
+        code = (
+            "import sys\n"
+            "sys.modules['psycopg'] = None\n"
+            "from skillstate.errors import MissingExtra\n"
+            "from skillstate.store import open_store\n"
+            "try:\n"
+            "    open_store('postgresql://u@127.0.0.1/db')\n"
+            "except MissingExtra as exc:\n"
+            "    print(exc)\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True
+        )
+        assert "skillstate[postgres]" in result.stdout
+
+
+# ---------------------------------------------------------------- with a server
+
+
+@pytest.mark.services
+class TestSchema:
+    def test_open_store_and_masked_url(self, pg_url: str) -> None:
+        """open_store() picks this backend for both schemes; ``url`` hides the password."""
+        for scheme in ("postgresql", "postgres"):
+            url = pg_url.replace("postgresql://postgres@", f"{scheme}://postgres:pw@", 1)
+            store = open_store(url)
+            try:
+                assert isinstance(store, PostgresStore)
+                assert ":pw@" not in store.url
+            finally:
+                store.close()
+
+    def test_setup_is_idempotent_and_recorded(self, pg: PostgresStore, pg_url: str) -> None:
+        """Every migration is recorded once; setup() and reopening change nothing."""
+        latest = [version for version, _ in MIGRATIONS]
+        assert pg.schema_versions() == latest
+        pg.commit("t", 0, {"task_id": "t", "version": 1}, _event("t", 1))
+        pg.setup()
+        pg.setup()
+        again = PostgresStore(pg_url)
+        try:
+            assert again.schema_versions() == latest
+            assert again.load("t").version == 1
+        finally:
+            again.close()
+        assert _sql(pg, f"SELECT count(*) FROM {pg.schema}.schema_migrations") == [(len(latest),)]
+
+    def test_concurrent_first_opens_do_not_race(self, pg_url: str) -> None:
+        """Several stores opening one new schema at once all succeed (advisory lock)."""
+        barrier = threading.Barrier(6)
+        opened: list[PostgresStore] = []
+        errors: list[BaseException] = []
+
+        def open_one() -> None:
+            barrier.wait()
+            try:
+                opened.append(PostgresStore(pg_url))
+            except BaseException as exc:  # reported below, with the others
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_one) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for store in opened:
+            store.close()
+        assert errors == []
+        assert len(opened) == 6
+
+    def test_close_then_use_is_a_store_error(self, pg_url: str) -> None:
+        """A closed store refuses work with a StoreError, not a pool exception."""
+        store = PostgresStore(pg_url)
+        store.close()
+        with pytest.raises(StoreError, match="closed"):
+            store.load("t")
+
+    def test_driver_errors_are_wrapped_on_one_line(self, pg: PostgresStore) -> None:
+        """A failing query surfaces as StoreError with a one-line message."""
+        _sql(pg, f"DROP TABLE {pg.schema}.events")
+        with pytest.raises(StoreError) as info:
+            pg.commit("t", 0, {"task_id": "t", "version": 1}, _event("t", 1))
+        assert "\n" not in str(info.value)
+        assert isinstance(info.value.__cause__, Exception)
+
+
+@pytest.mark.services
+class TestData:
+    def test_tasks_sort_like_python(self, pg: PostgresStore) -> None:
+        """tasks() is in code-point order whatever the database collation says."""
+        ids = ["b", "B", "a", "_x", "é", "Z", "a-1", "a1"]
+        for task_id in ids:
+            pg.commit(task_id, 0, {"task_id": task_id, "version": 1}, _event(task_id, 1))
+        assert pg.tasks() == sorted(ids)
+
+    @pytest.mark.parametrize("max_chain", [1, 3, 100])
+    def test_snapshot_rule_matches_the_memory_store(self, pg_url: str, max_chain: int) -> None:
+        """The snapshot decision made in SQL is chain.take_snapshot's, version for version."""
+        pg = PostgresStore(pg_url, max_chain=max_chain)
+        memory = MemoryStore(max_chain=max_chain)
+        task_id = f"t{max_chain}"
+        try:
+            previous: dict[str, Any] = {}
+            for v in range(1, 80):
+                log = [*previous.get("log", []), f"line {v} " + "x" * (v % 5)]
+                state = {"task_id": task_id, "version": v, "log": log[-12:], "n": v}
+                patch = make_patch(previous, state) if v % 17 else []  # some without a patch
+                for store in (pg, memory):
+                    store.commit(task_id, v - 1, state, _event(task_id, v, patch=patch))
+                previous = state
+            flags = [(i.version, i.snapshot, i.size) for i in pg.checkpoints(task_id)]
+            assert flags == [(i.version, i.snapshot, i.size) for i in memory.checkpoints(task_id)]
+            for v in (1, 2, 17, 40, 78):
+                assert pg.checkpoint(task_id, v).state == memory.checkpoint(task_id, v).state
+        finally:
+            pg.close()
+            memory.close()
+
+    def test_snapshot_thresholds_match_take_snapshot(self, pg_url: str) -> None:
+        """At and around each threshold, the SQL decides exactly as take_snapshot does."""
+        max_chain = 5
+        pg = PostgresStore(pg_url, max_chain=max_chain)
+        try:
+            cases = [
+                (with_patch, chain_len, offset)
+                for with_patch in (True, False)
+                for chain_len in (0, max_chain - 1, max_chain)
+                for offset in (None, -1, 0, 1)  # None: an empty chain; else bytes vs room
+            ]
+            for n, (with_patch, chain_len, offset) in enumerate(cases):
+                task_id = f"t{n:03d}"
+                first = {"task_id": task_id, "version": 1, "text": "z" * 300, "n": 1}
+                second = {**first, "version": 2, "n": 2}
+                event = _event(task_id, 2, patch=make_patch(first, second) if with_patch else [])
+                enc = encode_commit(task_id, 1, second, event)
+                # The bytes of deltas at which this commit's patch fills the chain up.
+                room = len(enc.state) - len(enc.patch or "")
+                chain_bytes = 0 if offset is None else max(0, room + offset)
+                pg.commit(task_id, 0, first, _event(task_id, 1))
+                _sql(
+                    pg,
+                    f"UPDATE {pg.schema}.tasks SET chain_len = {chain_len}, "
+                    f"chain_bytes = {chain_bytes} WHERE task_id = '{task_id}'",
+                )
+                pg.commit(task_id, 1, second, event)
+                expected = take_snapshot(chain_len, chain_bytes, enc, max_chain)
+                assert pg.checkpoints(task_id)[-1].snapshot is expected, cases[n]
+                assert pg.checkpoint(task_id, 2).state == second
+        finally:
+            pg.close()
+
+    def test_corrupt_head_is_state_corrupted(self, pg: PostgresStore) -> None:
+        """A head that is not a JSON object stops the task instead of loading garbage."""
+        pg.commit("t", 0, {"task_id": "t", "version": 1}, _event("t", 1))
+        _sql(pg, f"UPDATE {pg.schema}.tasks SET head = '[1, 2' WHERE task_id = 't'")
+        with pytest.raises(StateCorrupted):
+            pg.load("t")
+
+    def test_lease_expiry_uses_the_database_clock(self, pg: PostgresStore) -> None:
+        """expires_at is the server's now() plus the ttl."""
+        before = _sql(pg, "SELECT now()")[0][0]
+        lease = pg.claim("t", "w1", 30)
+        after = _sql(pg, "SELECT now()")[0][0]
+        assert before.timestamp() + 30 <= lease.expires_at.timestamp() <= after.timestamp() + 30
+        assert lease.expires_at.utcoffset() is not None
+
+    def test_prune_takes_turns_with_commits(self, pg_url: str) -> None:
+        """Pruning while another thread commits never leaves a kept version unloadable."""
+        pg = PostgresStore(pg_url, max_chain=8)
+        states: dict[int, dict[str, Any]] = {}
+        done = threading.Event()
+
+        def writer() -> None:
+            previous: dict[str, Any] = {}
+            for v in range(1, 301):
+                state = {"task_id": "t", "version": v, "n": v, "pad": "y" * 200}
+                pg.commit("t", v - 1, state, _event("t", v, patch=make_patch(previous, state)))
+                states[v] = previous = state
+            done.set()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            while not done.is_set():
+                if states:
+                    pg.prune("t", keep_last=3, keep_every=25)
+            thread.join()
+            pg.prune("t", keep_last=3, keep_every=25)
+            kept = [info.version for info in pg.checkpoints("t")]
+            assert {25, 50, 300} <= set(kept)
+            for v in kept:
+                assert pg.checkpoint("t", v).state == states[v]
+            assert [e.version for e in pg.events("t")] == list(range(1, 301))
+        finally:
+            done.set()
+            thread.join()
+            pg.close()
+
+
+# ---------------------------------------------------------------- the race
+
+
+_WORKERS = 4
+_STEPS = 200
+
+
+def _race_worker(url: str, task_id: str, worker: int, barrier: Any) -> None:
+    """Commit ``_STEPS`` steps, reloading and retrying whenever another worker won."""
+    store = PostgresStore(url)
+    try:
+        barrier.wait()
+        for i in range(_STEPS):
+            while True:
+                head = store.load(task_id)
+                v = head.version + 1
+                state = {**head.state, "version": v, "count": head.state["count"] + 1}
+                state["last"] = [worker, i]
+                event = Event(
+                    task_id=task_id,
+                    version=v,
+                    actor="runtime",
+                    action={"kind": "step", "worker": worker, "i": i},
+                    patch=make_patch(head.state, state),
+                )
+                try:
+                    store.commit(task_id, head.version, state, event)
+                    break
+                except StaleState:
+                    continue
+    finally:
+        store.close()
+
+
+@pytest.mark.services
+def test_concurrent_processes_lose_no_step(pg: PostgresStore, pg_url: str) -> None:
+    """4 processes x 200 steps on one task: every step lands exactly once, no gaps."""
+    task_id = "race"
+    pg.commit(
+        task_id, 0, {"task_id": task_id, "version": 1, "count": 0, "last": None}, _event(task_id, 1)
+    )
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(_WORKERS)
+    procs = [
+        ctx.Process(target=_race_worker, args=(pg_url, task_id, n, barrier))
+        for n in range(_WORKERS)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=90)
+    hung = [proc for proc in procs if proc.is_alive()]
+    for proc in hung:
+        proc.terminate()
+    assert not hung, "a worker did not finish"
+    assert [proc.exitcode for proc in procs] == [0] * _WORKERS
+
+    head = pg.load(task_id)
+    assert head.version == 1 + _WORKERS * _STEPS
+    assert head.state["count"] == _WORKERS * _STEPS
+    events = pg.events(task_id)
+    assert [e.version for e in events] == list(range(1, head.version + 1))
+    steps = [(e.action["worker"], e.action["i"]) for e in events[1:]]
+    assert sorted(steps) == [(w, i) for w in range(_WORKERS) for i in range(_STEPS)]
+    # Every version rebuilds from its delta chain to what its own event says it wrote.
+    for e in events[1:]:
+        assert pg.checkpoint(task_id, e.version).state["last"] == [
+            e.action["worker"],
+            e.action["i"],
+        ]
