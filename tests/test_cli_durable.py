@@ -219,3 +219,53 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, ledger_task: str, comm
     assert_no_traceback(out, err)
     assert head_state(ledger_task, "L") == before
     assert json.dumps(before)  # unchanged and still loadable
+
+
+def test_two_workers_resuming_one_task(tmp_path: Path, ledger_task: str) -> None:
+    """Two resumes at once: one runs the task, the other exits 3 and writes nothing."""
+    import subprocess
+
+    from tests.test_cli import ENTRY
+
+    ledger = tmp_path / "ledger2.txt"
+    start = ["demo", "ledger", "--task-id", "L2", "--steps", "8", "--step-delay", "0.3"]
+    code, _, err = run_cli(
+        tmp_path, *start, "--ledger", str(ledger), "--max-steps", "1", "--store", ledger_task
+    )
+    assert code == 4, err  # stopped by the step budget, resumable
+    args = [sys.executable, "-c", ENTRY, "resume", "L2", "--store", ledger_task, "-q"]
+    procs = [
+        subprocess.Popen(
+            args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    results = [(p.returncode, err) for p, err in zip(procs, errs, strict=True)]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 3], results
+    loser = next(err for code, err in results if code == 3)
+    assert loser.startswith("error: ")
+    assert "held by worker" in loser
+    lines = ledger.read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [f"entry {n}" for n in range(1, 9)]
+    assert head_state(ledger_task, "L2")["appended"] == 8
+
+
+def test_edit_refuses_to_overwrite_a_concurrent_commit(
+    tmp_path: Path, ledger_task: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone commits while the editor is open: the edit exits 3 and is not written."""
+    from tests.test_cli import ENTRY
+
+    other = f"{sys.executable} -c {ENTRY!r} set L target=6 --store {ledger_task}"
+    body = (
+        "import subprocess, shlex\n"
+        f"subprocess.run(shlex.split({other!r}), check=True)\n"
+        "p.write_text(text.replace('target: 5', 'target: 9'))\n"
+    )
+    monkeypatch.setenv("EDITOR", _editor(tmp_path, body))
+    code, out, err = run_cli(tmp_path, "edit", "L", "--store", ledger_task)
+    assert code == 3, out + err
+    assert "another writer committed first" in err
+    assert head_state(ledger_task, "L")["target"] == 6
