@@ -7,7 +7,6 @@ down in-process, where a crash is an exception that escapes the runtime.
 
 from __future__ import annotations
 
-import multiprocessing
 import sqlite3
 import subprocess
 import sys
@@ -37,8 +36,6 @@ from skillstate.engine.edits import fork_task, replace_state, set_fields
 from skillstate.engine.lease import default_worker
 from skillstate.engine.runtime import Runtime
 from skillstate.errors import LeaseHeld, StaleState
-from skillstate.events import Event
-from skillstate.state.diff import make_patch
 from skillstate.store.memory import MemoryStore
 from skillstate.store.sqlite import SQLiteStore
 
@@ -466,52 +463,3 @@ class TestDoctor:
         conn.close()
         report = diagnose(store, "t", agent)
         assert any(f.version == 1 and "sent" in f.message for f in report.findings)
-
-
-# ---------------------------------------------------------------- races
-
-
-def _racer(path: str, worker: int, commits: int) -> None:
-    store = SQLiteStore(path)
-    done = 0
-    while done < commits:
-        head = store.load("t")
-        state = dict(head.state)
-        state["version"] = head.version + 1
-        state["log"] = [*state["log"], f"{worker}:{done}"]
-        event = Event(
-            task_id="t",
-            version=head.version + 1,
-            actor="runtime",
-            action={"kind": "race", "worker": worker, "i": done},
-            patch=make_patch(head.state, state),
-        )
-        try:
-            store.commit("t", head.version, state, event)
-        except StaleState:
-            continue
-        done += 1
-    store.close()
-
-
-def test_processes_racing_on_one_sqlite_task_lose_and_repeat_nothing(tmp_path: Path) -> None:
-    """4 processes × 200 commits on one task: every step applied exactly once."""
-    path = str(tmp_path / "race.db")
-    store = SQLiteStore(path)
-    start = {"task_id": "t", "version": 1, "log": []}
-    store.commit("t", 0, start, Event(task_id="t", version=1, actor="runtime", action={}))
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_racer, args=(path, w, 200)) for w in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-        assert p.exitcode == 0
-    head = store.load("t")
-    assert head.version == 1 + 4 * 200
-    steps = [(e.action["worker"], e.action["i"]) for e in store.events("t", since=1)]
-    assert sorted(steps) == [(w, i) for w in range(4) for i in range(200)]
-    assert len(head.state["log"]) == 800
-    assert len(set(head.state["log"])) == 800
-    assert store.checkpoint("t", 400).state["version"] == 400
-    store.close()

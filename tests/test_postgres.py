@@ -7,7 +7,6 @@ skipped (or failed, with ``SKILLSTATE_REQUIRE_SERVICES=1``) when it is down.
 
 from __future__ import annotations
 
-import multiprocessing
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from skillstate.errors import InvalidStoreURL, StaleState, StateCorrupted, StoreError
+from skillstate.errors import InvalidStoreURL, StateCorrupted, StoreError
 from skillstate.events import Event
 from skillstate.state.diff import make_patch
 from skillstate.store import open_store
@@ -324,75 +323,3 @@ class TestData:
             done.set()
             thread.join()
             pg.close()
-
-
-# ---------------------------------------------------------------- the race
-
-
-_WORKERS = 4
-_STEPS = 200
-
-
-def _race_worker(url: str, task_id: str, worker: int, barrier: Any) -> None:
-    """Commit ``_STEPS`` steps, reloading and retrying whenever another worker won."""
-    store = PostgresStore(url)
-    try:
-        barrier.wait()
-        for i in range(_STEPS):
-            while True:
-                head = store.load(task_id)
-                v = head.version + 1
-                state = {**head.state, "version": v, "count": head.state["count"] + 1}
-                state["last"] = [worker, i]
-                event = Event(
-                    task_id=task_id,
-                    version=v,
-                    actor="runtime",
-                    action={"kind": "step", "worker": worker, "i": i},
-                    patch=make_patch(head.state, state),
-                )
-                try:
-                    store.commit(task_id, head.version, state, event)
-                    break
-                except StaleState:
-                    continue
-    finally:
-        store.close()
-
-
-@pytest.mark.services
-def test_concurrent_processes_lose_no_step(pg: PostgresStore, pg_url: str) -> None:
-    """4 processes x 200 steps on one task: every step lands exactly once, no gaps."""
-    task_id = "race"
-    pg.commit(
-        task_id, 0, {"task_id": task_id, "version": 1, "count": 0, "last": None}, _event(task_id, 1)
-    )
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(_WORKERS)
-    procs = [
-        ctx.Process(target=_race_worker, args=(pg_url, task_id, n, barrier))
-        for n in range(_WORKERS)
-    ]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=90)
-    hung = [proc for proc in procs if proc.is_alive()]
-    for proc in hung:
-        proc.terminate()
-    assert not hung, "a worker did not finish"
-    assert [proc.exitcode for proc in procs] == [0] * _WORKERS
-
-    head = pg.load(task_id)
-    assert head.version == 1 + _WORKERS * _STEPS
-    assert head.state["count"] == _WORKERS * _STEPS
-    events = pg.events(task_id)
-    assert [e.version for e in events] == list(range(1, head.version + 1))
-    steps = [(e.action["worker"], e.action["i"]) for e in events[1:]]
-    assert sorted(steps) == [(w, i) for w in range(_WORKERS) for i in range(_STEPS)]
-    # Every version rebuilds from its delta chain to what its own event says it wrote.
-    for e in events[1:]:
-        assert pg.checkpoint(task_id, e.version).state["last"] == [
-            e.action["worker"],
-            e.action["i"],
-        ]

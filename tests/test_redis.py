@@ -1,4 +1,4 @@
-"""Redis store specifics the contract suite cannot see: URLs, layout, open errors, races.
+"""Redis store specifics the contract suite cannot see: URLs, layout, open errors.
 
 The contract suite (``tests/contract``) already runs every Store behaviour against
 Redis; these tests cover what is particular to it. Tests that need the server use
@@ -7,20 +7,21 @@ the contract suite's probe: they skip when Redis is down (fail in CI).
 
 from __future__ import annotations
 
-import multiprocessing
 import socket
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from skillstate.errors import InvalidStoreURL, MissingExtra, StaleState, StoreError
+from skillstate.errors import InvalidStoreURL, MissingExtra, StoreError
 from skillstate.events import Event
 from skillstate.state.diff import make_patch
 from skillstate.store import open_store
+from skillstate.store.chain import dumps
 from skillstate.store.memory import MemoryStore
 from skillstate.store.redis import RedisStore, _parse_url
 from tests.contract.backends import drop_redis_data, redis_url_for
@@ -148,18 +149,32 @@ class TestOpen:
             store.close()
 
 
+def stored_size(text: str) -> int:
+    """Bytes the Redis store keeps for a body: zlib after a NUL from 768 characters on."""
+    if len(text) < 768:
+        return len(text.encode())
+    return 1 + len(zlib.compress(text.encode(), 1))
+
+
 @pytest.mark.services
 @pytest.mark.parametrize("max_chain", [3, 100])
-def test_snapshot_rule_matches_the_shared_one(url: str, max_chain: int) -> None:
+@pytest.mark.parametrize("remembers", [True, False])
+def test_snapshot_rule_matches_the_shared_one(url: str, max_chain: int, remembers: bool) -> None:
     """The Lua snapshot decision equals chain.take_snapshot, non-ASCII text included.
 
     Chinese text makes byte and character lengths differ: counting bytes in Lua
-    would snapshot at other versions than the reference backend does.
+    would snapshot at other versions than the reference backend does. The state
+    grows past the compression threshold: the rule still counts the characters of
+    the uncompressed texts, while the sizes reported are the (compressed) bytes
+    stored. ``remembers=False`` is a store that never knows the chain counters
+    (as after another process's commit): it sends every snapshot body, and the
+    script still decides.
     """
     redis_store = RedisStore(url, max_chain=max_chain)
     reference = MemoryStore(max_chain=max_chain)
     try:
         previous: dict[str, Any] = {}
+        bodies: dict[int, tuple[str, str]] = {}  # version -> (state, patch) texts
         for v in range(1, 80):
             lines = [*previous.get("log", []), f"第{v}步：" + "状态" * (v % 5)]
             state = {"task_id": "t", "version": v, "log": lines, "n": v}
@@ -168,82 +183,167 @@ def test_snapshot_rule_matches_the_shared_one(url: str, max_chain: int) -> None:
             step = Event(task_id="t", version=v, actor="runtime", action={}, patch=patch)
             for store in (redis_store, reference):
                 store.commit("t", v - 1, state, step)
+            if not remembers:
+                redis_store._chains.clear()
+            bodies[v] = (dumps(state), dumps(patch) if patch else "")
             previous = state
+        assert len(bodies[79][0]) >= 768  # later snapshots are compressed
         got = [(i.version, i.snapshot, i.size) for i in redis_store.checkpoints("t")]
-        want = [(i.version, i.snapshot, i.size) for i in reference.checkpoints("t")]
+        want = [
+            (i.version, i.snapshot, stored_size(bodies[i.version][0 if i.snapshot else 1]))
+            for i in reference.checkpoints("t")
+        ]
         assert got == want
-        assert redis_store.checkpoint("t", 77).state == reference.checkpoint("t", 77).state
+        for v in (30, 31, 62, 77):
+            assert redis_store.checkpoint("t", v).state == reference.checkpoint("t", v).state
+        assert redis_store.events("t") == reference.events("t")
     finally:
         redis_store.close()
 
 
-# ----------------------------------------------------------------------- the race
-
-WORKERS = 4
-STEPS = 200
-
-
-def _race_writer(
-    url: str, worker: int, barrier: Any, results: Any
-) -> None:  # pragma: no cover - runs in a child process
-    """Commit STEPS steps to task "race", reloading and retrying whenever another wins."""
-    store = RedisStore(url)
-    retries = 0
-    try:
-        barrier.wait()
-        for i in range(STEPS):
-            while True:
-                head = store.load("race")
-                version = head.version + 1
-                state = {**head.state, "version": version, "log": [*head.state["log"], [worker, i]]}
-                step = Event(
-                    task_id="race",
-                    version=version,
-                    actor="runtime",
-                    action={"kind": "race", "worker": worker, "i": i},
-                    patch=make_patch(head.state, state),
-                )
-                try:
-                    store.commit("race", head.version, state, step)
-                    break
-                except StaleState:
-                    retries += 1
-    finally:
-        store.close()
-    results.put((worker, retries))
+def big_state(task_id: str, v: int, notes: int) -> dict[str, Any]:
+    """A state whose JSON is several KB, non-ASCII included; more notes, more KB."""
+    return {
+        "task_id": task_id,
+        "version": v,
+        "notes": [f"note {i}: ünïcödé 状态 " + "x" * (i % 7) * 40 for i in range(notes)],
+    }
 
 
 @pytest.mark.services
-def test_processes_racing_on_one_task_lose_nothing(url: str) -> None:
-    """4 processes x 200 steps on one task: every step lands exactly once, in one line."""
-    store = RedisStore(url)
-    try:
-        store.commit("race", 0, {"task_id": "race", "version": 1, "log": []}, event("race", 1))
-        ctx = multiprocessing.get_context("spawn")
-        barrier = ctx.Barrier(WORKERS)
-        results = ctx.Queue()
-        procs = [
-            ctx.Process(target=_race_writer, args=(url, w, barrier, results))
-            for w in range(WORKERS)
-        ]
-        for proc in procs:
-            proc.start()
-        retries = dict(results.get(timeout=60) for _ in procs)
-        for proc in procs:
-            proc.join(timeout=10)
-            assert proc.exitcode == 0
-        assert sorted(retries) == list(range(WORKERS))
+def test_large_bodies_are_stored_compressed_and_round_trip(url: str) -> None:
+    """Snapshot, patch and event of 768+ characters are zlib behind a NUL byte in Redis.
 
-        head = store.load("race")
-        assert head.version == 1 + WORKERS * STEPS
-        events = store.events("race")
-        assert [e.version for e in events] == list(range(1, head.version + 1))
-        steps = [(e.action["worker"], e.action["i"]) for e in events[1:]]
-        assert sorted(steps) == [(w, i) for w in range(WORKERS) for i in range(STEPS)]
-        # Each commit was built on the head it replaced: the log is the events, in order.
-        assert [tuple(entry) for entry in head.state["log"]] == steps
-        assert [c.version for c in store.checkpoints("race")] == list(range(1, head.version + 1))
-        for v in (2, 137, 400, head.version - 1):
-            assert store.checkpoint("race", v).state["log"] == head.state["log"][: v - 1]
+    The raw values decompress to exactly the texts committed; load, checkpoint and
+    events give back what was committed; sizes are the bytes stored. A store whose
+    idea of the chain is wrong (it expects a delta, the script snapshots) stores that
+    snapshot uncompressed: still correct, and it loads.
+    """
+    store = RedisStore(url)
+    raw = store._client
+    try:
+        states = [big_state("big", 1, 40), big_state("big", 2, 44), big_state("big", 3, 45)]
+        long_text = "détail " * 200
+        steps = [
+            Event(
+                task_id="big",
+                version=v,
+                actor="runtime",
+                action={"kind": "t", "text": long_text},
+                patch=make_patch(states[v - 2] if v > 1 else {}, states[v - 1]),
+            )
+            for v in (1, 2, 3)
+        ]
+        for v in (1, 2):
+            store.commit("big", v - 1, states[v - 1], steps[v - 1])
+
+        snapshot = raw.hget(store._key("snap", "big"), "1")
+        assert snapshot is not None
+        assert snapshot[:1] == b"\0"
+        assert zlib.decompress(snapshot[1:]).decode() == dumps(states[0])
+        assert len(snapshot) < len(dumps(states[0]).encode()) // 2
+
+        record = raw.hget(store._key("cp", "big"), "2")
+        assert record is not None
+        kind, size, _, patch = record.split(b" ", 3)
+        assert kind == b"D"  # a delta: the patch is smaller than the state
+        assert len(dumps(steps[1].patch)) >= 768
+        assert patch[:1] == b"\0"
+        assert zlib.decompress(patch[1:]).decode() == dumps(steps[1].patch)
+        assert int(size) == len(patch)
+
+        text = raw.hget(store._key("ev", "big"), "2")
+        assert text is not None
+        assert text[:1] == b"\0"
+        assert Event.model_validate_json(zlib.decompress(text[1:])) == steps[1].model_copy(
+            update={"patch": []}
+        )
+
+        infos = store.checkpoints("big")
+        assert [(i.version, i.snapshot, i.size) for i in infos] == [
+            (1, True, len(snapshot)),
+            (2, False, len(patch)),
+        ]
+
+        # Wrong chain counters: the store expects a delta (sends no snapshot body),
+        # but max_chain=1 makes the script snapshot. It stores the state as is.
+        store.max_chain = 1
+        store._chains["big"] = (2, 0, 0)
+        store.commit("big", 2, states[2], steps[2])
+        plain = raw.hget(store._key("snap", "big"), "3")
+        assert plain == dumps(states[2]).encode()
+
+        again = RedisStore(url)  # no cache: reads only what Redis holds
+        try:
+            assert again.load("big").state == states[2]
+            for v in (1, 2, 3):
+                assert again.checkpoint("big", v).state == states[v - 1]
+            assert again.events("big") == steps
+        finally:
+            again.close()
+    finally:
+        store.close()
+
+
+@pytest.mark.services
+def test_values_written_uncompressed_still_load(url: str) -> None:
+    """Data from before compression (long JSON stored as is) loads and can be built on."""
+    store = RedisStore(url)
+    raw = store._client
+    try:
+        states = [big_state("old", 1, 40), big_state("old", 2, 44)]
+        long_text = "détail " * 200
+        steps = [
+            Event(
+                task_id="old",
+                version=v,
+                actor="runtime",
+                action={"kind": "t", "text": long_text},
+                patch=make_patch(states[v - 2] if v > 1 else {}, states[v - 1]),
+            )
+            for v in (1, 2)
+        ]
+        texts = [
+            (dumps(s), dumps(e.patch), e.model_dump_json(exclude={"patch"}))
+            for s, e in zip(states, steps, strict=True)
+        ]
+        assert all(len(t) >= 768 for group in texts for t in group)
+        now = "2024-05-01T12:00:00+00:00"
+        # What the store wrote before: version 1 a snapshot, version 2 a delta.
+        raw.hset(store._key("cp", "old"), "1", f"S {len(texts[0][0].encode())} {now} {texts[0][1]}")
+        raw.hset(store._key("snap", "old"), "1", texts[0][0])
+        raw.hset(store._key("cp", "old"), "2", f"D {len(texts[1][1].encode())} {now} {texts[1][1]}")
+        raw.hset(store._key("ev", "old"), mapping={"1": texts[0][2], "2": texts[1][2]})
+        raw.zadd(store._key("tasks"), {"old": 0})
+        raw.hset(
+            store._key("task", "old"),
+            mapping={
+                "version": 2,
+                "head": texts[1][0],
+                "chain_len": 1,
+                "chain_bytes": len(texts[1][1]),
+                "updated_at": now,
+            },
+        )
+
+        fresh = RedisStore(url)
+        try:
+            assert fresh.load("old").state == states[1]
+            assert fresh.checkpoint("old", 1).state == states[0]
+            assert fresh.events("old") == steps
+            assert [(i.version, i.snapshot, i.size) for i in fresh.checkpoints("old")] == [
+                (1, True, len(texts[0][0].encode())),
+                (2, False, len(texts[1][1].encode())),
+            ]
+            # A new commit continues the old chain (a delta), and the old rows still load.
+            state3 = big_state("old", 3, 45)
+            step3 = event("old", 3).model_copy(update={"patch": make_patch(states[1], state3)})
+            fresh.commit("old", 2, state3, step3)
+            assert fresh.checkpoints("old")[-1].snapshot is False
+            for v, want in ((1, states[0]), (2, states[1]), (3, state3)):
+                assert fresh.checkpoint("old", v).state == want
+            assert fresh.events("old") == [*steps, step3]
+        finally:
+            fresh.close()
     finally:
         store.close()

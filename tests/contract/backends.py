@@ -163,3 +163,12 @@ BACKENDS: dict[str, Factory] = {
     "postgres": postgres_store,
     "files": lambda tmp: FilesStore(tmp / "files"),
 }
+
+
+URLS: dict[str, Callable[[Path], str]] = {
+    "sqlite": lambda tmp: f"sqlite:///{tmp / 'state.db'}",
+    "files": lambda tmp: f"file://{tmp / 'files'}",
+    "postgres": postgres_url_for,
+    "redis": redis_url_for,
+}
+"""Backends several processes can open by URL (memory cannot be shared)."""

@@ -18,10 +18,17 @@ Layout, per task ``ID`` (``P`` is the prefix)::
     P:schema     hash    layout version -> when it was applied
 
 The checkpoint record carries a short header (``S``/``D`` for snapshot or delta,
-the body's size in bytes, the commit time) so that :meth:`RedisStore.checkpoints`
-never has to read snapshot bodies, and the patch inline: it is usually small and
-every reader of a record wants it. Snapshots live apart because they are large
-and only a rebuild needs them.
+the body's size in bytes as stored, the commit time) so that
+:meth:`RedisStore.checkpoints` never has to read snapshot bodies, and the patch
+inline: it is usually small and every reader of a record wants it. Snapshots live
+apart because they are large and only a rebuild needs them.
+
+Snapshot bodies, patches and event texts of 768 characters or more are stored
+zlib-compressed (level 1, as the SQLite store does): a NUL byte, then the zlib
+stream. Every value stored before this (and every shorter one) is JSON text, which
+never starts with NUL (JSON escapes control characters), so the marker is
+unambiguous and data written uncompressed loads unchanged: no layout migration. The
+head stays uncompressed: loading it is the hot read.
 
 ``commit`` is one Lua script, hence one round trip and atomic: it compares the
 version, mirrors :func:`skillstate.store.chain.take_snapshot` and writes
@@ -37,6 +44,7 @@ set spans all of them.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
@@ -65,6 +73,7 @@ from skillstate.store.chain import (
     plan_prune,
     rebuild,
     restore_event,
+    take_snapshot,
 )
 
 if TYPE_CHECKING:
@@ -83,17 +92,31 @@ _PRUNE_ATTEMPTS = 100
 _CHUNK = 1000
 """Fields per HMGET/HDEL, so a long task never becomes one giant command."""
 
+_COMPRESS_FROM = 768
+"""Bodies at least this many characters long are stored compressed (the SQLite store's
+threshold: below it zlib costs more time per commit than the bytes are worth)."""
+
+_ZLIB = b"\0"
+"""Leads a compressed value. Stored JSON text never starts with (or contains) NUL."""
+
+_CHAIN_CACHE = 4096
+"""Tasks whose chain counters a store remembers from its own commits (then forgotten)."""
+
 
 # --------------------------------------------------------------------- Lua scripts
 
 # KEYS: task, cp, snap, ev, tasks
 # ARGV: expected, version, state, event, patch ('' = none), is_delta ('1'/'0'),
-#       len(patch), len(state), max_chain, now, task_id
-# Returns {1, new_version} or {0, actual_head_version}.
+#       len(patch), len(state), max_chain, now, task_id, body ('' = state as is)
+# Returns {1, new_version, chain_len, chain_bytes} or {0, actual_head_version}.
 #
-# The snapshot decision is chain.take_snapshot verbatim. The two lengths come from
-# Python because the rule counts characters (len(str)) while Lua's # counts bytes;
-# the stored SIZE, in contrast, is bytes, as CheckpointInfo.size is everywhere.
+# event, patch and body arrive as stored: compressed (binary) when long, which Lua
+# strings carry unchanged. The snapshot decision is chain.take_snapshot verbatim. The
+# two lengths come from Python because the rule counts the characters of the
+# uncompressed texts (len(str)) while Lua's # counts bytes; the stored SIZE, in
+# contrast, is the bytes stored, as CheckpointInfo.size is everywhere. body is the
+# snapshot as it is to be stored (compressed) when Python expects a snapshot or cannot
+# tell; when it is empty and the script snapshots anyway, the state is stored as is.
 # The task hash is written last: Redis does not roll a script back, so if it were
 # ever cut short (out of memory) the head would not have moved and the next commit
 # of the same version simply overwrites the half-written fields.
@@ -115,9 +138,13 @@ else
 end
 local now = ARGV[10]
 if snapshot then
+  local body = ARGV[12]
+  if body == '' then
+    body = state
+  end
   chain_len, chain_bytes = 0, 0
-  redis.call('HSET', KEYS[2], version, 'S ' .. #state .. ' ' .. now .. ' ' .. patch)
-  redis.call('HSET', KEYS[3], version, state)
+  redis.call('HSET', KEYS[2], version, 'S ' .. #body .. ' ' .. now .. ' ' .. patch)
+  redis.call('HSET', KEYS[3], version, body)
 else
   chain_len, chain_bytes = chain_len + 1, chain_bytes + patch_len
   redis.call('HSET', KEYS[2], version, 'D ' .. #patch .. ' ' .. now .. ' ' .. patch)
@@ -128,7 +155,7 @@ if head == 0 then
 end
 redis.call('HSET', KEYS[1], 'version', version, 'head', state, 'chain_len', chain_len,
   'chain_bytes', chain_bytes, 'updated_at', now)
-return {1, tonumber(version)}
+return {1, tonumber(version), chain_len, chain_bytes}
 """
 
 # KEYS: task, cp, snap; ARGV: version
@@ -219,6 +246,11 @@ class RedisStore:
         self.prefix = prefix
         self.max_chain = max_chain
         self._closed = False
+        # task -> (version, chain_len, chain_bytes) after this store's last commit to
+        # it: with it, commit knows whether the script will snapshot and compresses the
+        # state only then. A stale or missing entry costs a compression, never a
+        # wrong decision (the script decides; see _COMMIT).
+        self._chains: dict[str, tuple[int, int, int]] = {}
         module = _redis()
         self._redis = module
         self._ping(module, client_url)
@@ -280,6 +312,12 @@ class RedisStore:
     ) -> int:
         enc = encode_commit(task_id, expected_version, state, event)
         patch = enc.patch or ""
+        chain = self._chains.get(task_id)
+        if chain is not None and chain[0] == enc.expected:
+            snapshot = take_snapshot(chain[1], chain[2], enc, self.max_chain)
+        else:
+            snapshot = True  # cannot tell: send the snapshot body in case
+        body = _pack(enc.state) if snapshot and len(enc.state) >= _COMPRESS_FROM else ""
         with self._errors():
             reply = self._commit(
                 keys=[
@@ -293,19 +331,24 @@ class RedisStore:
                     enc.expected,
                     enc.version,
                     enc.state,
-                    enc.event,
-                    patch,
+                    _pack(enc.event),
+                    _pack(patch),
                     1 if enc.is_delta else 0,
                     len(patch),
                     len(enc.state),
                     self.max_chain,
                     utcnow().isoformat(),
                     task_id,
+                    body,
                 ],
             )
-        ok, version = cast("list[int]", reply)
-        if not ok:
-            raise StaleState(task_id, enc.expected, version)
+        result = cast("list[int]", reply)
+        if not result[0]:
+            raise StaleState(task_id, enc.expected, result[1])
+        _, version, chain_len, chain_bytes = result
+        if len(self._chains) >= _CHAIN_CACHE:
+            self._chains.clear()
+        self._chains[task_id] = (version, chain_len, chain_bytes)
         return version
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
@@ -335,10 +378,11 @@ class RedisStore:
         start = version - len(records) + 1
         rows: list[Row] = []
         for number, record in enumerate(reversed(records), start):
-            is_snapshot, _, created_at, patch = _header(task_id, number, record)
+            is_snapshot, _, created_at, stored = _header(task_id, number, record)
+            patch = _unpack(task_id, number, stored)
             # Only the oldest record can be a snapshot (the walk stops there); a body
             # that has gone missing stays None and rebuild reports the broken chain.
-            snapshot = body.decode() if is_snapshot and body is not None else None
+            snapshot = _unpack(task_id, number, body) if is_snapshot and body is not None else None
             rows.append(Row(number, snapshot, patch or None, created_at))
         return Checkpoint(task_id, version, rebuild(task_id, version, rows), rows[-1].created_at)
 
@@ -377,8 +421,9 @@ class RedisStore:
         for version, text, record in zip(versions, texts, records, strict=True):
             if text is None:
                 raise StateCorrupted(task_id, version, "the event of this version is missing")
-            patch = _header(task_id, version, record)[3] or None if record is not None else None
-            events.append(restore_event(task_id, text, patch))
+            stored = _header(task_id, version, record)[3] if record is not None else b""
+            patch = _unpack(task_id, version, stored) or None
+            events.append(restore_event(task_id, _unpack(task_id, version, text), patch))
         return events
 
     def tasks(self) -> list[str]:
@@ -574,15 +619,34 @@ def _time(task_id: str, version: int | None, text: bytes | str) -> datetime:
         raise StateCorrupted(task_id, version, f"bad timestamp {text!r}") from exc
 
 
-def _header(task_id: str, version: int, record: bytes) -> tuple[bool, int, datetime, str]:
-    """Split a checkpoint record into ``(snapshot, size, created_at, patch)``."""
+def _header(task_id: str, version: int, record: bytes) -> tuple[bool, int, datetime, bytes]:
+    """Split a checkpoint record into ``(snapshot, size, created_at, patch as stored)``."""
     try:
-        kind, size, created, patch = record.decode().split(" ", 3)
-        if kind not in {"S", "D"}:
+        # Split the bytes, not decoded text: the patch may be compressed (binary).
+        kind, size, created, patch = record.split(b" ", 3)
+        if kind not in {b"S", b"D"}:
             raise ValueError(f"unknown kind {kind!r}")
-        return kind == "S", int(size), _time(task_id, version, created), patch
-    except (ValueError, UnicodeDecodeError) as exc:
+        snapshot, number = kind == b"S", int(size)
+    except ValueError as exc:
         raise StateCorrupted(task_id, version, f"bad checkpoint record ({exc})") from exc
+    return snapshot, number, _time(task_id, version, created), patch
+
+
+def _pack(text: str) -> str | bytes:
+    """``text`` as stored: compressed (after the marker) when long, else as is."""
+    if len(text) < _COMPRESS_FROM:
+        return text
+    return _ZLIB + zlib.compress(text.encode(), 1)
+
+
+def _unpack(task_id: str, version: int, value: bytes) -> str:
+    """A stored value back as text; one without the marker was stored uncompressed."""
+    try:
+        if value[:1] == _ZLIB:
+            return zlib.decompress(value[1:]).decode()
+        return value.decode()
+    except (zlib.error, UnicodeDecodeError) as exc:
+        raise StateCorrupted(task_id, version, f"stored value does not decode ({exc})") from exc
 
 
 def _info(task_id: str, version: int, record: bytes) -> CheckpointInfo:
