@@ -349,3 +349,12 @@ class TestLeases:
         assert store.claim("t", "alive", 30).worker == "alive"
         with pytest.raises(LeaseHeld):
             store.claim("t", "dead", 30)
+
+
+def test_unserializable_event_writes_nothing(store: Store) -> None:
+    """An event that cannot be serialized (a lone surrogate) is a StoreError; nothing changes."""
+    commit(store, "t", 1)
+    before = snapshot(store, "t")
+    with pytest.raises(StoreError):
+        store.commit("t", 1, doc("t", 2), event("t", 2, error="bad \udcff text"))
+    assert snapshot(store, "t") == before

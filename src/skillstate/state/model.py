@@ -173,7 +173,11 @@ PROTECTED_FIELDS = frozenset(
 class AgentState(BaseModel):
     """The explicit execution state of one task (the "state card")."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    # hide_input_in_errors: a validation error must never echo a value (it may be a
+    # secret, or a whole document) into a log line.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_default=True, hide_input_in_errors=True
+    )
 
     SCHEMA_VERSION: ClassVar[int] = 1
     """Bump in a subclass when its fields change incompatibly (migrations key on it)."""

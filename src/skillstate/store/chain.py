@@ -87,14 +87,19 @@ def encode_commit(
         document = state.text if isinstance(state, JsonDocument) else dumps(state)
     except (TypeError, ValueError) as exc:
         raise StoreError(f"state of {task_id!r} is not JSON-serializable: {exc}") from exc
+    try:
+        event_text = event.model_dump_json(exclude={"patch"}, exclude_none=True)
+        patch_text = dumps(event.patch) if event.patch else None
+    except (TypeError, ValueError) as exc:  # pydantic's serialization errors are ValueErrors
+        raise StoreError(f"event of {task_id!r} is not serializable: {exc}") from exc
     return EncodedCommit(
         task_id=task_id,
         version=version,
         state=document,
         # None fields are left out (they are the defaults): events are most of the
         # bytes of a long task after its deltas.
-        event=event.model_dump_json(exclude={"patch"}, exclude_none=True),
-        patch=dumps(event.patch) if event.patch else None,
+        event=event_text,
+        patch=patch_text,
         # Version 1 has nothing before it to apply a delta to: always a snapshot.
         is_delta=version > 1 and _is_delta(event.patch, version),
     )
