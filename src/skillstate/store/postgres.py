@@ -88,7 +88,17 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             head        TEXT NOT NULL,
             chain_len   INTEGER NOT NULL DEFAULT 0,
             chain_bytes BIGINT NOT NULL DEFAULT 0
-        ) WITH (fillfactor = 50);  -- room on the page to rewrite the head in place (HOT)
+        ) WITH (
+            -- room on the page to rewrite the head in place (HOT updates)
+            fillfactor = 50,
+            -- Every commit rewrites the head, so a large (TOASTed) head leaves a dead
+            -- copy per commit until vacuum: vacuum after a fixed number of updates,
+            -- not after a fraction of the table, so the garbage stays bounded.
+            autovacuum_vacuum_scale_factor = 0,
+            autovacuum_vacuum_threshold = 1000,
+            toast.autovacuum_vacuum_scale_factor = 0,
+            toast.autovacuum_vacuum_threshold = 1000
+        );
         CREATE TABLE checkpoints (
             task_id    TEXT COLLATE "C" NOT NULL,
             version    BIGINT NOT NULL,
