@@ -30,8 +30,8 @@ from skillstate.store import open_store
 from tests.contract.backends import drop_postgres_schemas, postgres_url_for
 
 KILLS = 30
-STEPS = 40
-STEP_DELAY = 0.08
+STEPS = 200
+STEP_DELAY = 0.04
 CLI = [sys.executable, "-m", "skillstate"]
 
 UrlFor = Callable[[Path], str]
@@ -69,6 +69,8 @@ def _ledger_args(task: str, ledger: Path, url: str, *, delay: float) -> list[str
         str(ledger),
         "--store",
         url,
+        "--max-steps",
+        "1000",
         "-q",
     ]
 
@@ -114,7 +116,7 @@ def test_kill_nine_and_resume_neither_loses_nor_repeats(backend: str, tmp_path: 
     # The victim: killed again and again.
     ledger = tmp_path / "ledger.txt"
     start = _ledger_args("victim", ledger, url, delay=STEP_DELAY)
-    resume = [*CLI, "resume", "victim", "--store", url, "-q"]
+    resume = [*CLI, "resume", "victim", "--store", url, "--max-steps", "1000", "-q"]
     kills = 0
     rounds = 0
     while kills < KILLS:
@@ -127,7 +129,7 @@ def test_kill_nine_and_resume_neither_loses_nor_repeats(backend: str, tmp_path: 
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        time.sleep(rng.uniform(0.2, 1.0))
+        time.sleep(rng.uniform(0.3, 1.5))  # start-up takes ~0.5 s: most kills land mid-run
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
