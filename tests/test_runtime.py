@@ -136,9 +136,9 @@ def once(action: Action) -> Callable[[View], Action]:
 
 
 def bookkeeping_free(state: AgentState) -> dict[str, Any]:
-    """The state minus what every commit touches (version, errors)."""
+    """The state minus what every decision touches (version, errors, usage totals)."""
     data = state.to_json()
-    for key in ("version", "errors"):
+    for key in ("version", "errors", "usage"):
         data.pop(key)
     return data
 

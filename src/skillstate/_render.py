@@ -13,10 +13,12 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
+    from skillstate.bench.tokens import Report as TokenReport
     from skillstate.engine.doctor import DoctorReport
     from skillstate.engine.runtime import StepReport
     from skillstate.engine.transcript import DecisionTokens
     from skillstate.events import Event
+    from skillstate.llm.base import Prices
     from skillstate.state.model import AgentState
     from skillstate.store.base import CheckpointInfo
 
@@ -99,7 +101,7 @@ def print_state(state: AgentState) -> None:
 
 def print_events(events: Sequence[Event]) -> None:
     table = Table(title="events")
-    for col in ("v", "actor", "action", "verdict", "tokens", "diff"):
+    for col in ("v", "actor", "action", "verdict", "tokens in/out", "diff"):
         table.add_column(col)
     for e in events:
         verdict = (
@@ -110,11 +112,20 @@ def print_events(events: Sequence[Event]) -> None:
             e.actor,
             e.label,
             verdict,
-            str(e.view_tokens) if e.view_tokens is not None else "-",
+            _tokens_cell(e),
             "\n".join(patch_lines(e.patch, width=60)),
         )
         table.add_row(*(Text(c) for c in cells))
     console.print(table)
+
+
+def _tokens_cell(e: Event) -> str:
+    if e.usage is None:
+        return str(e.view_tokens) if e.view_tokens is not None else "-"
+    u = e.usage
+    mark = "~" if u.estimated else ""
+    extra = f" ({u.repairs} repairs)" if u.repairs else ""
+    return f"{u.prompt}{mark}/{u.completion}{mark}{extra}"
 
 
 def print_checkpoints(items: Sequence[CheckpointInfo], labels: dict[int, str]) -> None:
@@ -164,3 +175,58 @@ def print_doctor(report: DoctorReport) -> None:
         table.add_row(version, escape(finding.message))
     console.print(table)
     console.print(f"[red]corrupted[/]: {len(report.findings)} problem(s); nothing was changed")
+
+
+def print_tokens(events: Sequence[Event], prices: Prices | None) -> None:
+    table = Table(title="tokens per decision")
+    for col in ("v", "decision", "model", "prompt", "completion", "cached", "calls", "repairs"):
+        table.add_column(col, justify="right" if col not in {"decision", "model"} else "left")
+    if prices is not None:
+        table.add_column("cost", justify="right")
+    totals = [0, 0, 0, 0, 0]
+    cost_total = 0.0
+    for e in events:
+        u = e.usage
+        if u is None:
+            continue
+        row = [
+            str(e.version),
+            escape(e.label),
+            escape(u.model or ("scripted" if not u.calls else "-")),
+            f"{u.prompt:,}" + ("~" if u.estimated else ""),
+            f"{u.completion:,}",
+            f"{u.cached:,}",
+            str(u.calls),
+            str(u.repairs),
+        ]
+        for i, value in enumerate((u.prompt, u.completion, u.cached, u.calls, u.repairs)):
+            totals[i] += value
+        if prices is not None:
+            cost = prices.cost(u.prompt, u.completion, u.cached)
+            cost_total += cost
+            row.append(f"{cost:.6f}")
+        table.add_row(*row)
+    total_row = ["", "total", "", *(f"{t:,}" for t in totals)]
+    if prices is not None:
+        total_row.append(f"{cost_total:.6f}")
+    table.add_row(*total_row, style="bold")
+    console.print(table)
+    console.print("[dim]~ = counted offline (no provider usage)[/]")
+
+
+def print_token_bench(report: TokenReport) -> None:
+    table = Table(
+        title=f"prompt tokens per decision, {report.steps}-step task ({report.tokenizer})"
+    )
+    for col in ("", "state policy", "history policy", "state / history"):
+        table.add_column(col, justify="right")
+    for label, state, history, ratio in report.rows():
+        table.add_row(label, f"{state:,}", f"{history:,}", f"{ratio:.1%}")
+    console.print(table)
+    if report.steps >= 10:
+        state_drift = (report.state.at(report.steps) or 0) / (report.state.at(10) or 1) - 1
+        history_growth = (report.history.at(report.steps) or 0) / (report.history.at(10) or 1)
+        console.print(
+            f"step {report.steps} vs step 10: state prompt {state_drift:+.1%}, "
+            f"history prompt x{history_growth:.1f}"
+        )

@@ -2,7 +2,7 @@
 
 Exit codes: 0 completed (or paused waiting for the user), 1 the task failed,
 2 bad input, 3 conflict (another writer committed first, or another worker holds
-the task), 4 stopped by the step budget (resumable), 5 the stored state is
+the task), 4 stopped by --max-steps or a budget (resumable), 5 the stored state is
 corrupted or newer than this code (nothing was written).
 
 Only typer is imported at start-up; the runtime, stores and rich tables load in
@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -22,6 +23,7 @@ import typer
 if TYPE_CHECKING:
     from skillstate.engine.agent import Agent
     from skillstate.engine.runtime import RunResult
+    from skillstate.llm.base import Prices
     from skillstate.store.base import Store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT, EXIT_BUDGET, EXIT_CORRUPTED = 0, 1, 2, 3, 4, 5
@@ -59,6 +61,90 @@ TaskIdOpt = Annotated[str | None, typer.Option("--task-id", help="Task id (defau
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", "-q", help="One line per step, without views and diffs.")
 ]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Let a model decide: openai:NAME, local, local:PATH.gguf, replay:CASSETTE.json "
+        "(default: the agent's own scripted policy).",
+        show_default=False,
+    ),
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible server (vLLM, Ollama, llama.cpp, ...)."),
+]
+PolicyOpt = Annotated[
+    str,
+    typer.Option("--policy", help="What the model sees: state, history or window:N."),
+]
+RepairsOpt = Annotated[
+    int, typer.Option("--max-repairs", min=0, help="Invalid replies sent back per decision.")
+]
+CallsOpt = Annotated[
+    int | None, typer.Option("--max-calls", min=1, help="Budget: model calls per task.")
+]
+TokensOpt = Annotated[
+    int | None, typer.Option("--max-tokens", min=1, help="Budget: prompt tokens per task.")
+]
+CostOpt = Annotated[
+    float | None, typer.Option("--max-cost", min=0.0, help="Budget: cost per task.")
+]
+PriceInOpt = Annotated[
+    float | None, typer.Option("--price-in", min=0.0, help="Price per million prompt tokens.")
+]
+PriceOutOpt = Annotated[
+    float | None,
+    typer.Option("--price-out", min=0.0, help="Price per million completion tokens."),
+]
+
+
+@dataclass(frozen=True)
+class _Decisions:
+    """Who decides, and within which budgets (the model options of run/demo/resume/reply)."""
+
+    model: str | None = None
+    base_url: str | None = None
+    policy: str = "state"
+    max_repairs: int = 2
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    price_in: float | None = None
+    price_out: float | None = None
+
+    def agent(self, agent: Agent) -> Agent:
+        """``agent`` with its policy replaced by the model policy asked for, if any."""
+        from skillstate.errors import UsageError
+
+        if self.model is None:
+            if self.policy != "state":
+                raise UsageError("--policy chooses what a model sees: it needs --model")
+            if self.base_url is not None:
+                raise UsageError("--base-url needs --model openai:NAME")
+            return agent
+        from dataclasses import replace
+
+        from skillstate.engine.policy import policy_for
+        from skillstate.llm import open_provider
+
+        kind, _, path = self.model.partition(":")
+        if kind in {"replay", "local"} and path and not os.path.isfile(path):
+            raise UsageError(f"--model {self.model}: no such file {path!r}")
+        provider = open_provider(self.model, base_url=self.base_url)
+        return replace(
+            agent, policy=policy_for(self.policy, provider, max_repairs=self.max_repairs)
+        )
+
+    def prices(self) -> Prices | None:
+        from skillstate.errors import UsageError
+        from skillstate.llm.base import Prices
+
+        if self.price_in is None and self.price_out is None:
+            if self.max_cost is not None:
+                raise UsageError("--max-cost needs prices: give --price-in and --price-out")
+            return None
+        return Prices(input=self.price_in or 0.0, output=self.price_out or 0.0)
 
 
 # ---------------------------------------------------------------- helpers
@@ -91,17 +177,23 @@ def _drive(
     compare: bool = False,
     reply: str | None = None,
     fields: dict[str, object] | None = None,
+    decisions: _Decisions | None = None,
 ) -> NoReturn:
     from skillstate._render import StepPrinter, console, print_comparison
     from skillstate.engine.lease import default_worker
     from skillstate.engine.runtime import Runtime
 
+    decisions = decisions or _Decisions()
     runtime = Runtime(
-        agent,
+        decisions.agent(agent),
         store,
         max_steps=max_steps,
         observer=StepPrinter(verbose=verbose),
         worker=default_worker(),
+        max_calls=decisions.max_calls,
+        max_tokens=decisions.max_tokens,
+        max_cost=decisions.max_cost,
+        prices=decisions.prices(),
     )
     if fields is not None:
         runtime.start(task_id, **fields)
@@ -133,6 +225,11 @@ def _summary(result: RunResult) -> str:
             f"[yellow]stopped after {result.steps} steps (--max-steps)[/] · task {task}; "
             f"continue with: skillstate resume {task}"
         )
+    if result.stopped == "budget":
+        return (
+            f"[yellow]stopped: {escape(state.errors[-1].message)}[/] · task {task}; "
+            f"continue with: skillstate resume {task} and a higher limit"
+        )
     style = "green" if result.stopped == "completed" else "red"
     failed = result.stopped == "failed" and state.errors
     reason = f" · {escape(state.errors[-1].message)}" if failed else ""
@@ -145,6 +242,7 @@ def _exit_code(result: RunResult) -> int:
         "waiting_user": EXIT_OK,
         "failed": EXIT_FAILED,
         "max_steps": EXIT_BUDGET,
+        "budget": EXIT_BUDGET,
     }[result.stopped]
 
 
@@ -178,6 +276,7 @@ def _start(
     verbose: bool,
     compare: bool,
     fields: dict[str, object] | None = None,
+    decisions: _Decisions | None = None,
 ) -> NoReturn:
     from skillstate.engine.agent import load_agent
     from skillstate.errors import UsageError
@@ -198,6 +297,7 @@ def _start(
         verbose=verbose,
         compare=compare,
         fields=fields,
+        decisions=decisions,
     )
 
 
@@ -212,6 +312,15 @@ def run(
     input: InputOpt = None,
     max_steps: MaxStepsOpt = 50,
     quiet: QuietOpt = False,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    policy: PolicyOpt = "state",
+    max_repairs: RepairsOpt = 2,
+    max_calls: CallsOpt = None,
+    max_tokens: TokensOpt = None,
+    max_cost: CostOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
 ) -> None:
     """Start a new task with an agent and run it until it ends or asks the user."""
     _start(
@@ -222,6 +331,17 @@ def run(
         max_steps=max_steps,
         verbose=not quiet,
         compare=False,
+        decisions=_Decisions(
+            model,
+            base_url,
+            policy,
+            max_repairs,
+            max_calls,
+            max_tokens,
+            max_cost,
+            price_in,
+            price_out,
+        ),
     )
 
 
@@ -247,6 +367,15 @@ def demo(
         str | None,
         typer.Option("--ledger", help="ledger: the file to append to (.skillstate/ledger.txt)."),
     ] = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    policy: PolicyOpt = "state",
+    max_repairs: RepairsOpt = 2,
+    max_calls: CallsOpt = None,
+    max_tokens: TokensOpt = None,
+    max_cost: CostOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
 ) -> None:
     """Run a bundled example offline, printing views, decisions and diffs."""
     from skillstate.errors import UsageError
@@ -276,6 +405,17 @@ def demo(
         verbose=not quiet,
         compare=name != "ledger",
         fields=fields,
+        decisions=_Decisions(
+            model,
+            base_url,
+            policy,
+            max_repairs,
+            max_calls,
+            max_tokens,
+            max_cost,
+            price_in,
+            price_out,
+        ),
     )
 
 
@@ -286,11 +426,38 @@ def resume(
     input: InputOpt = None,
     max_steps: MaxStepsOpt = 50,
     quiet: QuietOpt = False,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    policy: PolicyOpt = "state",
+    max_repairs: RepairsOpt = 2,
+    max_calls: CallsOpt = None,
+    max_tokens: TokensOpt = None,
+    max_cost: CostOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
 ) -> None:
     """Continue a task from its stored state (after a stop, a crash or a budget)."""
     db = _store(store)
     agent = _agent_for(db, task_id)
-    _drive(agent, db, task_id, inputs=input or [], max_steps=max_steps, verbose=not quiet)
+    _drive(
+        agent,
+        db,
+        task_id,
+        inputs=input or [],
+        max_steps=max_steps,
+        verbose=not quiet,
+        decisions=_Decisions(
+            model,
+            base_url,
+            policy,
+            max_repairs,
+            max_calls,
+            max_tokens,
+            max_cost,
+            price_in,
+            price_out,
+        ),
+    )
 
 
 @app.command()
@@ -300,11 +467,39 @@ def reply(
     store: StoreOpt = None,
     max_steps: MaxStepsOpt = 50,
     quiet: QuietOpt = False,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    policy: PolicyOpt = "state",
+    max_repairs: RepairsOpt = 2,
+    max_calls: CallsOpt = None,
+    max_tokens: TokensOpt = None,
+    max_cost: CostOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
 ) -> None:
     """Answer a task waiting for the user, then keep running it."""
     db = _store(store)
     agent = _agent_for(db, task_id)
-    _drive(agent, db, task_id, inputs=[], max_steps=max_steps, verbose=not quiet, reply=text)
+    _drive(
+        agent,
+        db,
+        task_id,
+        inputs=[],
+        max_steps=max_steps,
+        verbose=not quiet,
+        reply=text,
+        decisions=_Decisions(
+            model,
+            base_url,
+            policy,
+            max_repairs,
+            max_calls,
+            max_tokens,
+            max_cost,
+            price_in,
+            price_out,
+        ),
+    )
 
 
 @app.command()
@@ -468,6 +663,52 @@ def fork(
     console.print(
         f"task {new_id} starts from {task_id} version {at}; run it with: skillstate resume {new_id}"
     )
+
+
+@app.command()
+def tokens(
+    task_id: TaskArg,
+    store: StoreOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tokens (and cost, given prices) of every decision of a task, and the totals."""
+    from skillstate._render import print_tokens
+    from skillstate.llm.base import Prices
+
+    events = [e for e in _store(store).events(task_id) if e.usage is not None]
+    prices = None
+    if price_in is not None or price_out is not None:
+        prices = Prices(input=price_in or 0.0, output=price_out or 0.0)
+    if as_json:
+        rows = [
+            {"version": e.version, **e.usage.model_dump(mode="json")} for e in events if e.usage
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    print_tokens(events, prices)
+
+
+bench = typer.Typer(help="Benchmarks that ship with skillstate.", no_args_is_help=True)
+app.add_typer(bench, name="bench")
+
+
+@bench.command("tokens")
+def bench_tokens(
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Records the task reviews.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """Prompt tokens per decision: the state policy against the history baseline."""
+    from skillstate.bench.tokens import compare
+
+    report = compare(steps)
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+        return
+    from skillstate._render import print_token_bench
+
+    print_token_bench(report)
 
 
 @app.command()

@@ -22,6 +22,8 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   └── SchemaTooNew            a stored state is newer than this code knows (exit 5)
     ├── ActionRejected              a decided action cannot run (unknown skill, ``when`` false,
     │                               invalid params); recorded in the error log
+    │   └── DecisionFailed          a model's replies stayed invalid after every repair
+    ├── ProviderError               a model call failed (network, server, missing model)
     └── ToolNotAllowed              a skill called a tool it did not declare
 
 Lower-level errors (sqlite3, pydantic, jsonpatch) are translated at the boundary
@@ -170,6 +172,23 @@ class SchemaTooNew(StateError):
 
 class ActionRejected(SkillstateError):
     """The policy decided an action that cannot run in the current state."""
+
+
+class DecisionFailed(ActionRejected):
+    """The model never produced a valid action within ``max_repairs`` repairs.
+
+    Carries what the attempts cost, so the runtime can account for them.
+    """
+
+    def __init__(self, message: str, *, usage: object, calls: int, repairs: int) -> None:
+        super().__init__(message)
+        self.usage = usage
+        self.calls = calls
+        self.repairs = repairs
+
+
+class ProviderError(SkillstateError):
+    """A model call failed: the server, the network, or the model file."""
 
 
 class ToolNotAllowed(SkillstateError, PermissionError):

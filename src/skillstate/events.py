@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Actor", "Event", "SkillTransition", "ToolCall", "Verdict", "utcnow"]
+__all__ = ["Actor", "Event", "SkillTransition", "TokenUsage", "ToolCall", "Verdict", "utcnow"]
 
 Actor = Literal["policy", "user", "human", "runtime"]
 
@@ -57,6 +57,23 @@ class ToolCall(_Record):
     duration_ms: float = 0.0
 
 
+class TokenUsage(_Record):
+    """What one decision cost: the provider's usage, or offline counts (``estimated``)."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    calls: int = 0
+    """Model calls made (0: a scripted policy; the counts are what a model would see)."""
+    repairs: int = 0
+    """Invalid replies sent back with their error."""
+    estimated: bool = False
+    model: str | None = None
+    cost: float | None = None
+    """In the currency of the prices the runtime was given, if any."""
+    duration_ms: float | None = None
+
+
 class SkillTransition(_Record):
     """An explicit change of the active skill (seed 001, §8.6)."""
 
@@ -86,6 +103,8 @@ class Event(_Record):
     """RFC 6902 JSON Patch from version - 1 to this version."""
     view_tokens: int | None = None
     """Tokens of the prompt view the decision was made from."""
+    usage: TokenUsage | None = None
+    """Tokens (and cost) of the decision, for events a policy decided."""
     started_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime = Field(default_factory=utcnow)
 

@@ -7,6 +7,8 @@ with :func:`parse_action`.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -21,7 +23,9 @@ __all__ = [
     "Fail",
     "Finish",
     "action_json_schema",
+    "decision_schema",
     "parse_action",
+    "validate_decision",
 ]
 
 
@@ -81,3 +85,114 @@ def parse_action(data: Any) -> Action:
 def action_json_schema() -> dict[str, Any]:
     """JSON Schema of every action (for structured model output)."""
     return _ADAPTER.json_schema()
+
+
+def decision_schema(
+    params: Mapping[str, type[BaseModel]], next_steps: Sequence[str]
+) -> dict[str, Any]:
+    """The response schema of one decision, built from the state it is made in.
+
+    One branch per skill whose ``when`` holds now (``params`` maps each to its
+    params model), so a model cannot even name a skill that does not apply, plus
+    ``ask_user`` and ``finish``. ``next_step`` is limited to the steps the machine
+    allows from here. Each skill's own ``$defs`` are hoisted under a prefix so
+    the branches can live in one document.
+    """
+    steps: dict[str, Any] = {"anyOf": [{"enum": list(next_steps)}, {"type": "null"}]}
+    if not next_steps:
+        steps = {"type": "null"}
+    defs: dict[str, Any] = {}
+    branches: list[dict[str, Any]] = []
+    for name, model in params.items():
+        schema = model.model_json_schema(ref_template=f"#/$defs/{name}__{{model}}")
+        for key, value in schema.pop("$defs", {}).items():
+            defs[f"{name}__{key}"] = value
+        schema.pop("title", None)
+        branches.append(
+            _branch(
+                {
+                    "kind": {"const": "call_skill"},
+                    "skill": {"const": name},
+                    "params": schema,
+                    "next_step": steps,
+                },
+                required=("kind", "skill", "params"),
+            )
+        )
+    branches.append(
+        _branch(
+            {
+                "kind": {"const": "ask_user"},
+                "question": {"type": "string", "minLength": 1},
+                "next_step": steps,
+            },
+            required=("kind", "question"),
+        )
+    )
+    branches.append(
+        _branch(
+            {"kind": {"const": "finish"}, "summary": {"type": "string"}, "next_step": steps},
+            required=("kind",),
+        )
+    )
+    document: dict[str, Any] = {"anyOf": branches}
+    if defs:
+        document["$defs"] = defs
+    return document
+
+
+def _branch(properties: dict[str, Any], *, required: Sequence[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"reason": {"type": "string"}, **properties},
+        "required": ["reason", *required],
+        "additionalProperties": False,
+    }
+
+
+def validate_decision(
+    reply: str | Mapping[str, Any],
+    params: Mapping[str, type[BaseModel]],
+    next_steps: Sequence[str],
+) -> Action:
+    """A model's reply as an :data:`Action`, or ``ActionRejected`` saying what is wrong.
+
+    Checks what the schema says, whether or not the provider enforced it: JSON, one
+    of the actions, a skill that applies now, params valid for that skill, a
+    reachable ``next_step``. The message is written for the model: it goes back as
+    the repair prompt.
+    """
+    if isinstance(reply, str):
+        text = reply.strip()
+        if text.startswith("```"):
+            # Models like to fence JSON; the fence is not part of the answer.
+            text = text.strip("`").removeprefix("json").strip()
+        try:
+            data: Any = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ActionRejected(f"reply is not JSON ({exc.msg} at char {exc.pos})") from None
+        except RecursionError:
+            raise ActionRejected("reply is nested too deeply to be an action") from None
+    else:
+        data = dict(reply)
+    if not isinstance(data, dict):
+        raise ActionRejected(f"reply must be one JSON object, got {type(data).__name__}")
+    if data.get("kind") == "fail":
+        raise ActionRejected("'fail' is not available: call a skill, ask the user, or finish")
+    action = parse_action(data)
+    if isinstance(action, CallSkill):
+        model = params.get(action.skill)
+        if model is None:
+            known = ", ".join(params) or "none"
+            raise ActionRejected(f"skill {action.skill!r} cannot be called now; callable: {known}")
+        try:
+            model.model_validate(action.params)
+        except ValidationError as exc:
+            raise ActionRejected(
+                f"invalid params for {action.skill!r}: {first_error(exc, 'params')}"
+            ) from None
+    step = getattr(action, "next_step", None)
+    if step is not None and step not in next_steps:
+        allowed = ", ".join(next_steps) or "none"
+        raise ActionRejected(f"next_step {step!r} is not reachable from here; allowed: {allowed}")
+    return action

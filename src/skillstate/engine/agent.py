@@ -107,7 +107,12 @@ class Agent:
 
     def view(self, state: AgentState) -> View:
         return render_view(
-            state, machine=self.machine, skills=list(self.skills), budget=self.view_budget
+            state,
+            machine=self.machine,
+            skills=list(self.skills),
+            budget=self.view_budget,
+            agent_name=self.name,
+            agent_description=self.description,
         )
 
 

@@ -1,27 +1,66 @@
-"""The ``Policy`` protocol: given a view, decide the next action.
+"""Policies: given a view, decide the next action.
 
-A policy sees only the :class:`~skillstate.state.view.View` of the current state,
-never the transcript. :class:`ScriptedPolicy` ships in the library for demos and
-tests: decision rules written in Python, like the seeds' rule-based ``call_llm``.
+A policy sees the :class:`~skillstate.state.view.View` of the current state. The
+library ships four:
+
+* :class:`ScriptedPolicy` — decision rules written in Python (demos, tests).
+* :class:`StatePolicy` — a model decides from the compact state view alone: the
+  system prompt plus one user message, whatever the length of the task.
+* :class:`HistoryPolicy` — the usual agent loop, as a baseline: every user
+  message, every decision and every full tool output so far, sent each time.
+* :class:`WindowPolicy` — the same transcript cut to its last ``n`` messages.
+
+The three model policies share everything but the messages they send (same
+provider, system prompt, response schema and repair loop), so comparing them
+measures the context strategy and nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from skillstate.engine.actions import Action
+from skillstate.engine.actions import Action, validate_decision
+from skillstate.errors import ActionRejected, DecisionFailed, UsageError
+from skillstate.llm.base import Message, Provider, Usage
 from skillstate.state.view import View
 
-__all__ = ["Policy", "ScriptedPolicy"]
+__all__ = [
+    "SYSTEM_PROMPT",
+    "Decided",
+    "HistoryPolicy",
+    "ModelPolicy",
+    "Policy",
+    "ScriptedPolicy",
+    "StatePolicy",
+    "WindowPolicy",
+    "policy_for",
+]
+
+
+@dataclass(frozen=True)
+class Decided:
+    """An action together with what deciding it cost (model policies return this)."""
+
+    action: Action
+    usage: Usage
+    calls: int = 1
+    """Model calls made, repairs included."""
+    repairs: int = 0
+    """Replies that were invalid and sent back with the error."""
+    model: str = ""
+    duration_ms: float = 0.0
 
 
 @runtime_checkable
 class Policy(Protocol):
     """Decides one action from one view."""
 
-    def decide(self, view: View) -> Action:
-        """The next action. May raise to signal a bug; the runtime records nothing then."""
+    def decide(self, view: View) -> Action | Decided:
+        """The next action. A model policy returns :class:`Decided` to report its usage;
+        it raises :class:`~skillstate.errors.DecisionFailed` when no valid action came."""
         ...
 
 
@@ -41,3 +80,152 @@ class ScriptedPolicy:
 
     def __repr__(self) -> str:
         return f"ScriptedPolicy({self.name!r})"
+
+
+SYSTEM_PROMPT = """\
+You decide the next action of one task of the {agent} agent. {description}
+Each turn, reply with exactly one JSON object and nothing else:
+- {{"kind": "call_skill", "skill": NAME, "params": {{...}}, "reason": WHY}} to run a skill,
+- {{"kind": "ask_user", "question": TEXT, "reason": WHY}} when only the user can answer,
+- {{"kind": "finish", "summary": TEXT, "reason": WHY}} when the goal is met.
+Only skills that apply now may be called. Add "next_step": STEP to move the task on.
+Skills:
+{skills}"""
+
+
+class ModelPolicy:
+    """A model decides; invalid replies go back with the error, at most ``max_repairs`` times.
+
+    Subclasses choose the messages (:meth:`messages`); everything else is shared.
+    """
+
+    kind = "model"
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        max_repairs: int = 2,
+        system: str | None = None,
+        max_tokens: int | None = 512,
+    ) -> None:
+        if max_repairs < 0:
+            raise UsageError("max_repairs must be >= 0")
+        self.provider = provider
+        self.max_repairs = max_repairs
+        self.max_tokens = max_tokens
+        self._system = system
+
+    def system_prompt(self, view: View) -> str:
+        if self._system is not None:
+            return self._system
+        agent = view.agent_name or "task"
+        lines = [f"- {name}: {desc}" for name, desc in view.skill_catalog] or ["- (none)"]
+        return SYSTEM_PROMPT.format(
+            agent=agent, description=view.agent_description, skills="\n".join(lines)
+        ).strip()
+
+    def messages(self, view: View) -> list[Message]:
+        raise NotImplementedError
+
+    def decide(self, view: View) -> Decided:
+        messages = self.messages(view)
+        schema = view.action_schema
+        usage = Usage()
+        started = time.perf_counter()
+        error = "no reply"
+        for attempt in range(self.max_repairs + 1):
+            completion = self.provider.complete(messages, schema=schema, max_tokens=self.max_tokens)
+            usage = usage + completion.usage
+            try:
+                action = validate_decision(completion.text, view.params, view.next_steps)
+            except ActionRejected as exc:
+                error = str(exc)
+                messages = [
+                    *messages,
+                    Message("assistant", completion.text),
+                    Message(
+                        "user",
+                        f"That reply was invalid: {error}. Reply again with one JSON object "
+                        "matching the schema.",
+                    ),
+                ]
+                continue
+            return Decided(
+                action=action,
+                usage=usage,
+                calls=attempt + 1,
+                repairs=attempt,
+                model=completion.model or self.provider.name,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+        calls = self.max_repairs + 1
+        raise DecisionFailed(
+            f"no valid action after {calls} model call(s): {error}",
+            usage=usage,
+            calls=calls,
+            repairs=self.max_repairs,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.provider.name!r})"
+
+
+class StatePolicy(ModelPolicy):
+    """The model sees the system prompt and the state view: flat, whatever the history."""
+
+    kind = "state"
+
+    def messages(self, view: View) -> list[Message]:
+        return [Message("system", self.system_prompt(view)), Message("user", view.text)]
+
+
+class HistoryPolicy(ModelPolicy):
+    """Baseline: the whole conversation so far, every time (the usual agent loop)."""
+
+    kind = "history"
+
+    def messages(self, view: View) -> list[Message]:
+        return [Message("system", self.system_prompt(view)), *_transcript(view)]
+
+
+class WindowPolicy(ModelPolicy):
+    """Baseline: the last ``n`` messages of the conversation (goal and constraints
+    scroll out of the window once the task is long enough)."""
+
+    kind = "window"
+
+    def __init__(
+        self,
+        provider: Provider,
+        n: int,
+        *,
+        max_repairs: int = 2,
+        system: str | None = None,
+        max_tokens: int | None = 512,
+    ) -> None:
+        if n < 1:
+            raise UsageError("window size must be >= 1")
+        super().__init__(provider, max_repairs=max_repairs, system=system, max_tokens=max_tokens)
+        self.n = n
+
+    def messages(self, view: View) -> list[Message]:
+        return [Message("system", self.system_prompt(view)), *_transcript(view)[-self.n :]]
+
+
+def _transcript(view: View) -> Sequence[Message]:
+    if view.transcript is None:
+        raise UsageError("this policy needs the task's transcript; run it through the Runtime")
+    return view.transcript()
+
+
+def policy_for(spec: str, provider: Provider, *, max_repairs: int = 2) -> ModelPolicy:
+    """``state``, ``history`` or ``window:N`` over ``provider``."""
+    name, _, arg = spec.partition(":")
+    if name == "state" and not arg:
+        return StatePolicy(provider, max_repairs=max_repairs)
+    if name == "history" and not arg:
+        return HistoryPolicy(provider, max_repairs=max_repairs)
+    if name == "window" and arg.isdigit() and int(arg) > 0:
+        return WindowPolicy(provider, int(arg), max_repairs=max_repairs)
+    raise UsageError(f"unknown policy {spec!r}; expected state, history or window:N (N >= 1)")

@@ -12,7 +12,7 @@ and calling :meth:`Runtime.run` again resumes from the last commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -22,8 +22,11 @@ from skillstate._validation import first_error
 from skillstate.engine.actions import Action, AskUser, CallSkill, Fail, Finish
 from skillstate.engine.agent import Agent
 from skillstate.engine.lease import Holder
+from skillstate.engine.policy import Decided
+from skillstate.engine.transcript import conversation
 from skillstate.errors import (
     ActionRejected,
+    DecisionFailed,
     IllegalTransition,
     OutputNotDeclared,
     StateError,
@@ -31,7 +34,17 @@ from skillstate.errors import (
     ToolNotAllowed,
     UsageError,
 )
-from skillstate.events import Actor, Event, SkillTransition, ToolCall, Verdict, utcnow
+from skillstate.events import (
+    Actor,
+    Event,
+    SkillTransition,
+    TokenUsage,
+    ToolCall,
+    Verdict,
+    utcnow,
+)
+from skillstate.llm.base import Prices, Usage
+from skillstate.llm.tokens import count_tokens
 from skillstate.skills.skill import Outcome, Skill, SkillContext
 from skillstate.state.diff import Differ
 from skillstate.state.fingerprint import current_digest
@@ -42,6 +55,7 @@ from skillstate.state.model import (
     Intent,
     StepRecord,
     TaskStatus,
+    UsageTotals,
 )
 from skillstate.state.redact import Redactor
 from skillstate.state.secrets import secret_values
@@ -50,7 +64,7 @@ from skillstate.store.base import Store
 
 __all__ = ["RunResult", "Runtime", "StepReport"]
 
-StopReason = Literal["completed", "failed", "waiting_user", "max_steps"]
+StopReason = Literal["completed", "failed", "waiting_user", "max_steps", "budget"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,8 @@ class _Draft:
     error: str | None = None
     found_by_probe: bool = False
     """The effect had already happened: its probe, not a new run, gave the outcome."""
+    usage: TokenUsage | None = None
+    """What deciding this step cost (model calls, tokens)."""
 
 
 class Runtime:
@@ -107,6 +123,10 @@ class Runtime:
         observer: Callable[[StepReport], None] | None = None,
         worker: str | None = None,
         lease_ttl: float = 60.0,
+        max_calls: int | None = None,
+        max_tokens: int | None = None,
+        max_cost: float | None = None,
+        prices: Prices | None = None,
     ) -> None:
         if max_steps < 1 or max_retries < 0:
             raise UsageError("max_steps must be >= 1 and max_retries >= 0")
@@ -118,6 +138,12 @@ class Runtime:
         self.worker = worker
         """With a worker id, :meth:`run` holds a lease on the task while it works."""
         self.lease_ttl = lease_ttl
+        # Budgets per task, checked against the card's usage totals (which survive
+        # resumes) before every decision.
+        self.max_calls = max_calls
+        self.max_tokens = max_tokens
+        self.max_cost = max_cost
+        self.prices = prices
         # The raw stored document of the head each task was last loaded or committed
         # at. Patches are made against it, not against the parsed state: after a
         # schema migration the two differ, and a store replays patches over raw docs.
@@ -196,8 +222,36 @@ class Runtime:
                 continue
             if steps >= budget:
                 return RunResult(state, "max_steps", steps)
+            spent = self._over_budget(state)
+            if spent is not None:
+                return RunResult(self._stop_for_budget(state, spent), "budget", steps)
             self._step(state)  # decide from the state just loaded: one read per step
             steps += 1
+
+    def _over_budget(self, state: AgentState) -> str | None:
+        used = state.usage
+        if self.max_calls is not None and used.calls >= self.max_calls:
+            return f"model call budget reached ({used.calls} of --max-calls {self.max_calls})"
+        if self.max_tokens is not None and used.prompt >= self.max_tokens:
+            return (
+                f"prompt token budget reached ({used.prompt:,} of --max-tokens {self.max_tokens:,})"
+            )
+        if self.max_cost is not None and used.cost >= self.max_cost:
+            return f"cost budget reached ({used.cost:.4f} of --max-cost {self.max_cost:g})"
+        return None
+
+    def _stop_for_budget(self, state: AgentState, reason: str) -> AgentState:
+        """Record why the task stopped (once); it stays running and resumable."""
+        message = f"{reason}; resume with a higher limit to continue"
+        if (
+            state.errors
+            and state.errors[-1].kind == "budget"
+            and state.errors[-1].message == message
+        ):
+            return state
+        after = state.with_error(ErrorEntry(kind="budget", message=message))
+        action = {"kind": "budget", "reason": reason}
+        return self._commit(state, after, action, "runtime", _Draft(after=after, error=message))[0]
 
     def recheck(self, task_id: str) -> list[StepRecord]:
         """Recompute the fingerprints of a task's completed steps; mark changed ones stale.
@@ -262,15 +316,22 @@ class Runtime:
         task_id = state.task_id
         if state.status.is_terminal or state.status is TaskStatus.WAITING_USER:
             raise UsageError(f"task {task_id!r} cannot step (status: {state.status.value})")
-        view = self.agent.view(state)
+        view = self._view(state)
         started = utcnow()
-        action = self.agent.policy.decide(view)
         step_id = f"{state.version + 1:04d}"
+        try:
+            decided = self.agent.policy.decide(view)
+        except DecisionFailed as exc:
+            return self._invalid_decision(state, exc, step_id, view=view, started=started)
+        action, usage = self._accounted(decided, view)
         if isinstance(action, CallSkill):
             intent = self._intent_for(state, action, step_id)
             if intent is not None:
-                return self._record_intent(state, action, intent, view=view, started=started)
+                return self._record_intent(
+                    state, action, intent, view=view, started=started, usage=usage
+                )
         draft = self._handle(state, action, step_id)
+        draft.usage = usage
         after, event = self._commit(
             state,
             draft.after,
@@ -279,6 +340,58 @@ class Runtime:
             draft,
             view=view,
             started=started,
+        )
+        return StepReport(before=state, after=after, event=event, view=view)
+
+    def _view(self, state: AgentState) -> View:
+        view = self.agent.view(state)
+        store, task_id = self.store, state.task_id
+        # History baselines need the conversation; it is rebuilt only if asked for.
+        return replace(view, transcript=lambda: conversation(store, task_id))
+
+    def _accounted(self, decided: Action | Decided, view: View) -> tuple[Action, TokenUsage]:
+        """The action, and what deciding it cost (counted offline for scripted policies)."""
+        if isinstance(decided, Decided):
+            u = decided.usage
+            return decided.action, TokenUsage(
+                prompt=u.prompt,
+                completion=u.completion,
+                cached=u.cached,
+                calls=decided.calls,
+                repairs=decided.repairs,
+                estimated=u.estimated,
+                model=decided.model or None,
+                cost=self.prices.cost(u.prompt, u.completion, u.cached) if self.prices else None,
+                duration_ms=round(decided.duration_ms, 1),
+            )
+        # No model was called: record what one would have been sent and returned.
+        reply = count_tokens(decided.model_dump_json())
+        return decided, TokenUsage(prompt=view.tokens, completion=reply, estimated=True)
+
+    def _invalid_decision(
+        self,
+        state: AgentState,
+        exc: DecisionFailed,
+        step_id: str,
+        *,
+        view: View,
+        started: datetime,
+    ) -> StepReport:
+        """The model never gave a valid action: log it; the state is otherwise unchanged."""
+        u = exc.usage if isinstance(exc.usage, Usage) else Usage()
+        usage = TokenUsage(
+            prompt=u.prompt,
+            completion=u.completion,
+            cached=u.cached,
+            calls=exc.calls,
+            repairs=exc.repairs,
+            estimated=u.estimated,
+            cost=self.prices.cost(u.prompt, u.completion, u.cached) if self.prices else None,
+        )
+        draft = _reject(state, step_id, "decision_failed", str(exc), None)
+        draft.usage = usage
+        after, event = self._commit(
+            state, draft.after, {"kind": "invalid"}, "policy", draft, view=view, started=started
         )
         return StepReport(before=state, after=after, event=event, view=view)
 
@@ -315,13 +428,14 @@ class Runtime:
         *,
         view: View,
         started: datetime,
+        usage: TokenUsage,
     ) -> StepReport:
         """Commit the intent (the decision), then run the effect and commit its outcome."""
         after = state.evolve(
             pending_effect=intent, last_decision=_decision(action, intent.skill), inbox=None
         )
         skill = self.agent.skills[intent.skill]
-        draft = _Draft(after=after, step_id=intent.step_id, skill=skill)
+        draft = _Draft(after=after, step_id=intent.step_id, skill=skill, usage=usage)
         recorded, _ = self._commit(
             state,
             after,
@@ -639,6 +753,8 @@ class Runtime:
         started: datetime | None = None,
     ) -> tuple[AgentState, Event]:
         expected = before.version if before is not None else 0
+        if draft.usage is not None:
+            after = after.evolve(usage=_add_usage(after.usage, draft.usage))
         final = after.evolve(version=expected + 1)
         document = final.to_json()
         redactor = self._redactor(before, final)
@@ -669,6 +785,7 @@ class Runtime:
             error=draft.error,
             patch=patch,
             view_tokens=view.tokens if view else None,
+            usage=draft.usage,
             started_at=started or utcnow(),
         )
         if redactor:
@@ -707,6 +824,17 @@ def _attempt(
     if not verdict.ok:
         return outcome, state, verdict, ("verify_failed", verdict.reason or "verify failed")
     return outcome, candidate, verdict, None
+
+
+def _add_usage(totals: UsageTotals, usage: TokenUsage) -> UsageTotals:
+    return UsageTotals(
+        calls=totals.calls + usage.calls,
+        prompt=totals.prompt + usage.prompt,
+        completion=totals.completion + usage.completion,
+        cached=totals.cached + usage.cached,
+        repairs=totals.repairs + usage.repairs,
+        cost=totals.cost + (usage.cost or 0.0),
+    )
 
 
 def _short(digest: str) -> str:

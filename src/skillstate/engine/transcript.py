@@ -10,14 +10,17 @@ the comparison the demos print is measured, not assumed.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from skillstate.engine.agent import Agent
 from skillstate.errors import ArtifactNotFound
+from skillstate.events import Event
+from skillstate.llm.base import Message
 from skillstate.llm.tokens import count_tokens
 from skillstate.store.base import Store
 
-__all__ = ["DecisionTokens", "compare_prompts", "history_messages"]
+__all__ = ["DecisionTokens", "compare_prompts", "conversation", "history_messages"]
 
 
 @dataclass(frozen=True)
@@ -38,27 +41,58 @@ def _system_prompt(agent: Agent) -> str:
     return "\n".join(lines)
 
 
+def _opening(store: Store, task_id: str) -> list[Message]:
+    head = store.load(task_id).state  # goal and constraints never change
+    text = f"Goal: {head.get('goal', '')}\nConstraints:\n" + "\n".join(
+        f"- {c}" for c in head.get("constraints", [])
+    )
+    return [Message("user", text)]
+
+
+def _fold(store: Store, messages: list[Message], event: Event) -> list[Message]:
+    """The conversation after ``event``: its reply, decision and full tool outputs added."""
+    added: list[Message] = []
+    kind = event.action.get("kind")
+    if kind == "reply":
+        added.append(Message("user", str(event.action.get("text", ""))))
+    elif event.actor == "policy" and kind not in {None, "invalid"}:
+        added.append(Message("assistant", json.dumps(event.action)))
+    for call in event.tool_calls:
+        added.append(
+            Message("user", f"[{call.tool} output]\n{_raw(store, call.ref, call.summary)}")
+        )
+    return [*messages, *added] if added else messages
+
+
+def _walk(store: Store, task_id: str) -> Iterator[tuple[Event, list[Message]]]:
+    """Each event with the conversation as it stood just before it.
+
+    The conversation opens with the goal and the constraints (stated once, as a user
+    would), then grows by every reply (user), every decision (assistant) and every
+    full tool output, fetched from the artifact store (user, labelled by tool).
+    """
+    messages = _opening(store, task_id)
+    for event in store.events(task_id):
+        yield event, messages
+        messages = _fold(store, messages, event)
+
+
+def conversation(store: Store, task_id: str) -> list[Message]:
+    """The whole conversation of a task so far (what :class:`HistoryPolicy` sends)."""
+    messages = _opening(store, task_id)
+    for event in store.events(task_id):
+        messages = _fold(store, messages, event)
+    return messages
+
+
 def history_messages(store: Store, task_id: str, agent: Agent) -> list[list[dict[str, str]]]:
     """The message list as it stood before each decision, one list per decision."""
-    first = store.checkpoint(task_id, 1).state
-    opening = f"Goal: {first.get('goal', '')}\nConstraints:\n" + "\n".join(
-        f"- {c}" for c in first.get("constraints", [])
-    )
-    messages = [
-        {"role": "system", "content": _system_prompt(agent)},
-        {"role": "user", "content": opening},
+    system = Message("system", _system_prompt(agent))
+    return [
+        [m.as_dict() for m in (system, *before)]
+        for event, before in _walk(store, task_id)
+        if event.actor == "policy"
     ]
-    prompts: list[list[dict[str, str]]] = []
-    for event in store.events(task_id):
-        kind = event.action.get("kind")
-        if kind == "reply":
-            messages.append({"role": "user", "content": str(event.action.get("text", ""))})
-        elif event.actor == "policy":
-            prompts.append(list(messages))
-            messages.append({"role": "assistant", "content": json.dumps(event.action)})
-            for call in event.tool_calls:
-                messages.append({"role": "tool", "content": _raw(store, call.ref, call.summary)})
-    return prompts
 
 
 def compare_prompts(store: Store, task_id: str, agent: Agent) -> list[DecisionTokens]:

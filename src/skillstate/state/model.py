@@ -40,6 +40,7 @@ __all__ = [
     "Intent",
     "StepRecord",
     "TaskStatus",
+    "UsageTotals",
 ]
 
 
@@ -138,6 +139,17 @@ class ErrorEntry(_Record):
     """How many attempts the step was allowed."""
 
 
+class UsageTotals(_Record):
+    """Model usage of the whole task, across resumes: what budgets are checked against."""
+
+    calls: int = 0
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    repairs: int = 0
+    cost: float = 0.0
+
+
 class Decision(_Record):
     """The last action the policy took, and why."""
 
@@ -163,6 +175,7 @@ PROTECTED_FIELDS = frozenset(
         "question",
         "inbox",
         "pending_effect",
+        "usage",
         "agent",
         "version",
         "schema_version",
@@ -207,6 +220,8 @@ class AgentState(BaseModel):
     """The latest user input, shown to the next decision and then consumed."""
     pending_effect: Intent | None = None
     """An effect recorded but not yet confirmed (see :class:`Intent`)."""
+    usage: UsageTotals = Field(default_factory=UsageTotals)
+    """Model calls, tokens and cost so far (budgets are checked against these)."""
     agent: str | None = None
     """``module:attr`` of the agent driving this task, so ``resume`` can find it."""
     version: int = 0

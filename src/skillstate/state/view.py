@@ -13,15 +13,18 @@ steps). Goal and constraints are never dropped.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from skillstate.llm.tokens import count_tokens, tokenizer_name
 from skillstate.state.model import AgentState
 from skillstate.state.secrets import MASK, sensitive_fields
 
 if TYPE_CHECKING:
+    from skillstate.llm.base import Message
     from skillstate.skills.skill import Skill
     from skillstate.state.machine import StateMachine
 
@@ -48,11 +51,28 @@ class View:
     tokenizer: str = ""
     dropped: tuple[str, ...] = field(default_factory=tuple)
     """What a token budget removed, e.g. ``("evidence[0]",)``."""
+    agent_name: str = ""
+    agent_description: str = ""
+    skill_catalog: tuple[tuple[str, str], ...] = ()
+    """Every skill of the agent as ``(signature, description)``: what a system prompt lists."""
+    params: Mapping[str, type[BaseModel]] = field(default_factory=dict)
+    """The params model of each skill in :attr:`skills`."""
+    transcript: Callable[[], list[Message]] | None = field(default=None, compare=False)
+    """The task's conversation so far, as a history-driven agent would hold it (every
+    user message, decision and full tool output). Set by the runtime; rebuilt from
+    the event log only when a policy asks (the state policy never does)."""
 
     @property
     def inbox(self) -> str | None:
         """The latest user input, if the previous step left one."""
         return self.state.inbox
+
+    @property
+    def action_schema(self) -> dict[str, Any]:
+        """The response schema of this decision (see :func:`decision_schema`)."""
+        from skillstate.engine.actions import decision_schema
+
+        return decision_schema(self.params, self.next_steps)
 
 
 def render_view(
@@ -61,10 +81,17 @@ def render_view(
     machine: StateMachine | None = None,
     skills: Sequence[Skill[Any, Any]] = (),
     budget: int | None = None,
+    agent_name: str = "",
+    agent_description: str = "",
 ) -> View:
     """Render ``state`` into a :class:`View`, trimmed to ``budget`` tokens if given."""
-    # A finished task has nothing left to call.
+    # A finished task has nothing left to call; a skill applies when its `when` holds
+    # and the machine allows entering its step from here (else calling it could
+    # only be refused as an illegal transition).
     applicable = [] if state.status.is_terminal else [s for s in skills if s.when(state)]
+    if machine is not None:
+        current = state.current_step
+        applicable = [s for s in applicable if s.step is None or machine.can(current, s.step)]
     next_steps = tuple(sorted(machine.allowed(state.current_step))) if machine else ()
     evidence = list(state.evidence[-RECENT_EVIDENCE:])
     errors = list(state.errors[-RECENT_ERRORS:])
@@ -93,6 +120,12 @@ def render_view(
         tokens=tokens,
         tokenizer=tokenizer_name(),
         dropped=tuple(dropped),
+        agent_name=agent_name,
+        agent_description=agent_description,
+        skill_catalog=tuple(
+            (f"{s.name}({', '.join(s.params.model_fields)})", s.description) for s in skills
+        ),
+        params={s.name: s.params for s in applicable},
     )
 
 

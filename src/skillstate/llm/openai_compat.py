@@ -1,0 +1,296 @@
+"""Any OpenAI-compatible chat-completions server, through the official ``openai`` SDK.
+
+That covers OpenAI itself and the servers that speak its protocol (vLLM,
+llama.cpp's ``llama-server``, Ollama, LM Studio, most gateways): ``base_url``
+picks the server. Replies are asked for at temperature 0 so that reruns stay as
+close to deterministic as the server allows.
+
+Structured output degrades step by step, because servers differ in what they
+accept and the caller validates every reply anyway:
+
+1. ``response_format={"type": "json_schema", ...}``: decoding constrained to the
+   schema (OpenAI, recent vLLM and llama.cpp);
+2. if the server rejects that with a 4xx naming ``response_format`` or
+   ``json_schema``, ``{"type": "json_object"}`` plus the schema spelled out in the
+   last message: JSON guaranteed, shape asked for;
+3. if that is rejected too, no ``response_format`` at all, only the instruction.
+
+The level that worked is remembered, so a run pays for the probe once.
+
+The API key is a secret: it never goes into ``name``, ``raw``, an error message
+or a log line. Error text from the server is scrubbed of it too, in case a proxy
+echoes the request's headers back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from skillstate.errors import MissingExtra, ProviderError
+from skillstate.llm.base import Completion, Message, Usage, count_messages
+from skillstate.llm.tokens import count_tokens
+
+__all__ = ["OpenAIProvider"]
+
+SchemaMode = Literal["json_schema", "json_object", "prompt"]
+_MODES: tuple[SchemaMode, ...] = ("json_schema", "json_object", "prompt")
+
+PLACEHOLDER_KEY = "not-needed"
+"""Sent to servers given by ``base_url`` when no key is set: local servers ignore
+it, but the SDK refuses to build a client without one."""
+
+_ERROR_CHARS = 300
+"""Server error text is cut to this many characters: some servers answer with a
+whole HTML page or a stack trace, and the error must stay one readable line."""
+
+_REJECTS_FORMAT = ("response_format", "json_schema", "json_object", "structured output")
+
+
+def _sdk() -> Any:
+    """Import ``openai`` now that an OpenAI provider is really wanted."""
+    try:
+        import openai
+    except ImportError as exc:
+        raise MissingExtra("the OpenAI provider needs: pip install 'skillstate[openai]'") from exc
+    return openai
+
+
+class OpenAIProvider:
+    """Chat completions from ``model`` on an OpenAI-compatible server.
+
+    ``api_key`` defaults to ``OPENAI_API_KEY``; without either, a server named by
+    ``base_url`` (or ``OPENAI_BASE_URL``) gets a placeholder, and api.openai.com is
+    refused up front rather than on the first call. ``timeout`` is per HTTP
+    request; ``max_retries`` is the SDK's own retry of connection errors, 408,
+    409, 429 and 5xx answers, with backoff.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60,
+        max_retries: int = 2,
+    ) -> None:
+        openai = _sdk()
+        if not model:
+            raise ProviderError("the OpenAI provider needs a model name")
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        if key is None:
+            if base_url is None:
+                raise ProviderError(
+                    f"openai:{model} needs an API key: set OPENAI_API_KEY "
+                    "(or give a base URL for a local server)"
+                )
+            key = PLACEHOLDER_KEY
+        self.model = model
+        self.name = f"openai:{model}"
+        self.base_url = base_url
+        self.timeout = timeout
+        self._secret = key
+        self._mode: SchemaMode = "json_schema"
+        self._mode_lock = threading.Lock()
+        try:
+            self._client: Any = openai.OpenAI(
+                api_key=key, base_url=base_url, timeout=timeout, max_retries=max_retries
+            )
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"{self.name}: {self._scrub(_one_line(str(exc)))}") from exc
+
+    @property
+    def schema_mode(self) -> SchemaMode:
+        """How schemas are sent: ``json_schema`` until the server refuses it."""
+        return self._mode
+
+    def close(self) -> None:
+        """Close the HTTP connection pool (the provider is unusable afterwards)."""
+        self._client.close()
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        schema: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        started = time.perf_counter()
+        mode = self._mode if schema is not None else None
+        while True:
+            sent = (
+                _with_instruction(messages, schema)
+                if mode in {"json_object", "prompt"}
+                else messages
+            )
+            try:
+                response = self._create(sent, schema, mode, max_tokens)
+                break
+            except ProviderError as exc:
+                rejected = exc.__cause__
+                if mode is None or mode == "prompt" or not self._rejects_format(rejected):
+                    raise
+                mode = _MODES[_MODES.index(mode) + 1]
+                with self._mode_lock:  # never step back up if another thread went further
+                    if _MODES.index(mode) > _MODES.index(self._mode):
+                        self._mode = mode
+        return self._completion(response, sent, mode, started)
+
+    # ------------------------------------------------------------------ internals
+
+    def _create(
+        self,
+        messages: Sequence[Message],
+        schema: dict[str, Any] | None,
+        mode: SchemaMode | None,
+        max_tokens: int | None,
+    ) -> Any:
+        """One chat-completions request; SDK errors become one-line ProviderErrors."""
+        openai = _sdk()
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.as_dict() for m in messages],
+            "temperature": 0,
+        }
+        if max_tokens is not None:
+            request["max_tokens"] = max_tokens
+        if schema is not None and mode == "json_schema":
+            request["response_format"] = {
+                "type": "json_schema",
+                # strict=False: strict mode rejects common schemas (optional
+                # properties, open objects); the caller validates the reply anyway.
+                "json_schema": {"name": "action", "schema": schema, "strict": False},
+            }
+        elif schema is not None and mode == "json_object":
+            request["response_format"] = {"type": "json_object"}
+        try:
+            return self._client.chat.completions.create(**request)
+        except openai.APITimeoutError as exc:
+            raise ProviderError(f"{self.name}: no reply within {self.timeout:g}s") from exc
+        except openai.APIConnectionError as exc:
+            where = self.base_url or "the OpenAI API"
+            raise ProviderError(
+                f"{self.name}: cannot reach {where}: {self._scrub(_cause_text(exc))}"
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise ProviderError(
+                f"{self.name}: HTTP {exc.status_code}: {self._scrub(_status_text(exc))}"
+            ) from exc
+        except openai.OpenAIError as exc:
+            raise ProviderError(f"{self.name}: {self._scrub(_one_line(str(exc)))}") from exc
+
+    def _rejects_format(self, exc: BaseException | None) -> bool:
+        """Whether ``exc`` is the server refusing the ``response_format`` we sent."""
+        status = getattr(exc, "status_code", None)
+        if not isinstance(status, int) or status not in {400, 404, 415, 422, 501}:
+            return False
+        text = f"{getattr(exc, 'message', '')} {_status_text(exc)}".lower()
+        if "invalid schema" in text:  # the schema is wrong, not the feature unsupported
+            return False
+        return any(word in text for word in _REJECTS_FORMAT)
+
+    def _completion(
+        self, response: Any, sent: Sequence[Message], mode: SchemaMode | None, started: float
+    ) -> Completion:
+        choices = getattr(response, "choices", None) or []
+        if not choices:
+            raise ProviderError(f"{self.name}: the server answered with no choices")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        text = getattr(message, "content", None) or ""
+        raw: dict[str, Any] = {
+            "id": getattr(response, "id", None),
+            "finish_reason": getattr(choice, "finish_reason", None),
+        }
+        if mode is not None:
+            raw["schema_mode"] = mode
+        refusal = getattr(message, "refusal", None)
+        if refusal:
+            # An empty text fails the caller's validation, which is what a refusal is.
+            raw["refusal"] = str(refusal)
+        fingerprint = getattr(response, "system_fingerprint", None)
+        if fingerprint:
+            raw["system_fingerprint"] = fingerprint
+        return Completion(
+            text=text,
+            usage=_usage(getattr(response, "usage", None), sent, text),
+            model=getattr(response, "model", None) or self.model,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            raw=raw,
+        )
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without the API key (a proxy may echo request headers in errors)."""
+        if self._secret and self._secret != PLACEHOLDER_KEY:
+            text = text.replace(self._secret, "[api key]")
+        return text
+
+
+def _with_instruction(messages: Sequence[Message], schema: dict[str, Any] | None) -> list[Message]:
+    """``messages`` with the schema spelled out at the end of the last one.
+
+    For servers that cannot constrain decoding to a schema: the instruction goes
+    last, where a model attends most, and into an existing message so that the
+    roles keep alternating as chat templates require.
+    """
+    out = list(messages)
+    if schema is None or not out:
+        return out
+    instruction = (
+        "Reply with one JSON object, and nothing else, matching this JSON schema:\n"
+        + json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    )
+    last = out[-1]
+    out[-1] = Message(role=last.role, content=f"{last.content}\n\n{instruction}")
+    return out
+
+
+def _usage(usage: Any, sent: Sequence[Message], text: str) -> Usage:
+    """The server's token counts, or offline counts marked ``estimated`` without them."""
+    prompt = getattr(usage, "prompt_tokens", None)
+    completion = getattr(usage, "completion_tokens", None)
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return Usage(prompt=count_messages(sent), completion=count_tokens(text), estimated=True)
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None)
+    return Usage(
+        prompt=prompt,
+        completion=completion,
+        cached=cached if isinstance(cached, int) else 0,
+    )
+
+
+def _status_text(exc: Any) -> str:
+    """The server's own error message (``{"error": {"message": ...}}``), on one line."""
+    body = getattr(exc, "body", None)
+    message: Any = None
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = error.get("message") if isinstance(error, dict) else error
+        if message is None:
+            message = body.get("message") or body.get("detail")
+    if message is None:
+        message = getattr(exc, "message", None) or str(exc)
+    if not isinstance(message, str):
+        message = json.dumps(message, ensure_ascii=False, default=str)
+    return _one_line(message)
+
+
+def _cause_text(exc: BaseException) -> str:
+    """The underlying network error ("Connection refused"), not the SDK's generic line."""
+    cause = exc.__cause__ or exc.__context__
+    return _one_line(str(cause) if cause is not None and str(cause) else str(exc))
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= _ERROR_CHARS else line[: _ERROR_CHARS - 1] + "…"

@@ -1,0 +1,114 @@
+"""Model options end to end: --model (a replayed cassette), --policy, budgets, tokens, bench."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from skillstate.engine.policy import policy_for
+from skillstate.engine.runtime import Runtime
+from skillstate.llm.replay import RecordingProvider, ScriptedProvider
+from skillstate.store.memory import MemoryStore
+from tests.test_cli import head_state, log_json, run_cli, store_url
+from tests.test_model_policies import follow_plan, shop_agent
+
+SHOP = "tests.test_model_policies:shop_agent"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def cli_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the CLI subprocesses import the test agents."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
+def test_ticket_demo_budget_stops_and_resumes(tmp_path: Path, cli_env: None) -> None:
+    """--max-tokens stops the demo with exit 4 and the reason; resume with more finishes."""
+    store = store_url(tmp_path)
+    code, out, err = run_cli(
+        tmp_path, "demo", "ticket", "--task-id", "T", "--max-tokens", "400", "-q", "--store", store
+    )
+    assert code == 4, out + err
+    assert "prompt token budget reached" in out
+    state = head_state(store, "T")
+    assert state["errors"][-1]["kind"] == "budget"
+    code, out, err = run_cli(
+        tmp_path, "resume", "T", "--max-tokens", "100000", "-q", "--store", store
+    )
+    assert code == 0, out + err
+    after = head_state(store, "T")
+    assert after["status"] in {"completed", "waiting_user"}
+    assert after["version"] > state["version"]
+
+
+def test_tokens_command(tmp_path: Path) -> None:
+    """`tokens` lists every decision with its counts and the totals; --json too."""
+    store = store_url(tmp_path)
+    code, _, err = run_cli(tmp_path, "demo", "ticket", "--task-id", "T", "-q", "--store", store)
+    assert code == 0, err
+    code, out, err = run_cli(
+        tmp_path, "tokens", "T", "--price-in", "2.5", "--price-out", "10", "--store", store
+    )
+    assert code == 0, err
+    assert "total" in out
+    assert "cost" in out
+    code, out, err = run_cli(tmp_path, "tokens", "T", "--json", "--store", store)
+    rows = json.loads(out)
+    decisions = [e for e in log_json(tmp_path, "T", store) if e["actor"] == "policy"]
+    assert len(rows) == len(decisions)
+    assert all(r["estimated"] and r["calls"] == 0 for r in rows)
+    assert sum(r["prompt"] for r in rows) == head_state(store, "T")["usage"]["prompt"]
+
+
+def test_bench_tokens_json(tmp_path: Path) -> None:
+    """`bench tokens --json` prints both series, one prompt size per step."""
+    code, out, err = run_cli(tmp_path, "bench", "tokens", "--steps", "12", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert len(data["state"]) == len(data["history"]) == 12
+    assert data["history"][-1] > 3 * data["state"][-1]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--policy", "history"),
+        ("--base-url", "http://127.0.0.1:1/v1"),
+        ("--max-cost", "1"),
+        ("--model", "gpt-4"),
+        ("--model", "replay:/nonexistent/cassette.json"),
+        ("--model", "local:/nonexistent/model.gguf"),
+    ],
+)
+def test_bad_model_options(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Model options that cannot work: exit 2 with one line, nothing started."""
+    store = store_url(tmp_path)
+    code, out, err = run_cli(tmp_path, "demo", "ticket", "--task-id", "T", *args, "--store", store)
+    assert code == 2, (args, out, err)
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1
+
+
+def test_run_with_a_replayed_model(tmp_path: Path, cli_env: None) -> None:
+    """--model replay:CASSETTE drives a real task through the CLI, with usage in the log."""
+    cassette = tmp_path / "shop.json"
+    recorder = RecordingProvider(ScriptedProvider(follow_plan, name="planner"), cassette)
+    agent = replace(shop_agent(), policy=policy_for("state", recorder), ref=SHOP)
+    recorded = Runtime(agent, MemoryStore()).run("S")
+    assert recorded.stopped == "completed"
+
+    store = store_url(tmp_path)
+    code, out, err = run_cli(
+        tmp_path, "run", SHOP, "--task-id", "S", "--model", f"replay:{cassette}", "-q",
+        "--store", store,
+    )  # fmt: skip
+    assert code == 0, out + err
+    state = head_state(store, "S")
+    assert state["total"] == 30
+    assert state["ordered"] is True
+    assert state["usage"]["calls"] == recorded.state.usage.calls
+    policy_events = [e for e in log_json(tmp_path, "S", store) if e["actor"] == "policy"]
+    assert all(e["usage"]["calls"] == 1 for e in policy_events)
