@@ -221,11 +221,18 @@ class LocalProvider:
             raise ProviderError(
                 f"{self.name}: cannot load {str(path)!r}: {_one_line(exc)}"
             ) from exc
-        # Gemma has no system role: its own template folds a system message into
-        # the first user turn, and llama.cpp's built-in "gemma" format drops it
-        # outright. Folding it ourselves gives the same prompt whichever applies.
         architecture = str(llm.metadata.get("general.architecture", ""))
-        self._fold_system = architecture.startswith("gemma")
+        if architecture.startswith("gemma"):
+            # Gemma has no system role: its own template folds a system message
+            # into the first user turn, and llama.cpp's built-in "gemma" format
+            # drops it outright. Folding it ourselves gives the same prompt either way.
+            self._fold_system = True
+            if "tokenizer.chat_template" not in llm.metadata:
+                # The bundled GGUF carries no template, and llama-cpp-python would
+                # fall back to Llama 2's [INST] format, which Gemma was never
+                # trained on. Its "gemma" format is Gemma 3's template exactly
+                # (<start_of_turn>user ... <end_of_turn> <start_of_turn>model).
+                llm.chat_format = "gemma"
         self._llm = llm
         self.load_seconds = time.perf_counter() - started
         return llm
