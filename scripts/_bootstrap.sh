@@ -5,7 +5,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
-EXTRAS="${SKILLSTATE_EXTRAS:-dev,all,bench}"
+EXTRAS="${SKILLSTATE_EXTRAS:-dev,all}"
 STAMP="$VENV/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-${EXTRAS//,/_}"
 if [ ! -x "$VENV/bin/python" ]; then
   echo "bootstrap: creating .venv with $($PY --version)" >&2
@@ -20,6 +20,6 @@ if [ ! -f "$STAMP" ]; then
     echo "bootstrap: pip install failed; full log in $LOG" >&2
     exit 1
   fi
-  rm -f "$VENV"/.installed-* && touch "$STAMP"
+  touch "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -48,7 +48,7 @@ ACTION_SCHEMA: dict[str, Any] = {
 
 MESSAGES = [
     Message("system", "You run an order-support task. Reply with one JSON action."),
-    Message("user", "step: start\nfacts: {\"order_id\": \"A-1042\"}\nskills: lookup_order"),
+    Message("user", 'step: start\nfacts: {"order_id": "A-1042"}\nskills: lookup_order'),
 ]
 
 
@@ -74,6 +74,7 @@ class FakeOpenAI:
     port: int = 0
     queue: list[dict[str, Any]] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
+    delay: float = 0.0
 
     @property
     def base_url(self) -> str:
@@ -90,7 +91,9 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(length) or b"{}")
             headers = {k.lower(): v for k, v in self.headers.items()}
             fake.received.append(Received(self.path, headers, body))
-            reply = (
+            if fake.delay:
+                time.sleep(fake.delay)
+            reply: dict[str, Any] = (
                 fake.queue.pop(0)
                 if fake.queue
                 else {"status": 599, "body": {"error": {"message": "no cassette queued"}}}
@@ -100,7 +103,7 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 "{authorization}", headers.get("authorization", "")
             )
             data = text.encode()
-            self.send_response(reply["status"])
+            self.send_response(int(reply["status"]))
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -117,7 +120,7 @@ def server() -> Iterator[FakeOpenAI]:
     fake = FakeOpenAI()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
     fake.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield fake
@@ -219,12 +222,83 @@ def test_openai_other_bad_requests_do_not_trigger_the_fallback(server: FakeOpenA
     )
     provider = openai_provider(server)
     try:
-        with pytest.raises(ProviderError, match=r"HTTP 400: max_tokens is too large"):
+        with pytest.raises(ProviderError, match=r"HTTP 400: max_tokens is too large") as caught:
             provider.complete(MESSAGES, schema=ACTION_SCHEMA, max_tokens=999999)
     finally:
         provider.close()
     assert len(server.received) == 1
     assert provider.schema_mode == "json_schema"
+    assert caught.value.__cause__ is not None  # the SDK error stays attached for debugging
+
+
+def test_openai_degrades_to_a_prompt_instruction_when_json_mode_is_refused_too(
+    server: FakeOpenAI,
+) -> None:
+    json_object_refused = {
+        "status": 400,
+        "body": {"detail": "response_format json_object is not supported by this backend"},
+    }
+    server.answer("json_schema_unsupported")
+    server.queue.append(json_object_refused)
+    server.answer("chat_completion")
+    provider = openai_provider(server)
+    try:
+        completion = provider.complete(MESSAGES, schema=ACTION_SCHEMA)
+    finally:
+        provider.close()
+    formats = [r.body.get("response_format", {}).get("type") for r in server.received]
+    assert formats == ["json_schema", "json_object", None]
+    assert "matching this JSON schema" in server.received[-1].body["messages"][-1]["content"]
+    assert provider.schema_mode == completion.raw["schema_mode"] == "prompt"
+
+
+def test_openai_adapts_to_reasoning_model_parameters(server: FakeOpenAI) -> None:
+    # What OpenAI answers for models that only sample at temperature 1 and
+    # count their output limit as max_completion_tokens.
+    server.queue.append(
+        {
+            "status": 400,
+            "body": {
+                "error": {
+                    "message": "Unsupported parameter: 'max_tokens' is not supported with "
+                    "this model. Use 'max_completion_tokens' instead.",
+                    "type": "invalid_request_error",
+                    "param": "max_tokens",
+                    "code": "unsupported_parameter",
+                }
+            },
+        }
+    )
+    server.queue.append(
+        {
+            "status": 400,
+            "body": {
+                "error": {
+                    "message": "Unsupported value: 'temperature' does not support 0 with this "
+                    "model. Only the default (1) value is supported.",
+                    "type": "invalid_request_error",
+                    "param": "temperature",
+                    "code": "unsupported_value",
+                }
+            },
+        }
+    )
+    server.answer("chat_completion", "chat_completion")
+    provider = openai_provider(server)
+    try:
+        provider.complete(MESSAGES, schema=ACTION_SCHEMA, max_tokens=50)
+        provider.complete(MESSAGES, schema=ACTION_SCHEMA, max_tokens=50)
+    finally:
+        provider.close()
+    bodies = [r.body for r in server.received]
+    assert len(bodies) == 4
+    assert (bodies[0]["max_tokens"], bodies[0]["temperature"]) == (50, 0)
+    assert (bodies[1]["max_completion_tokens"], bodies[1]["temperature"]) == (50, 0)
+    for body in bodies[2:]:  # remembered for later calls
+        assert body["max_completion_tokens"] == 50
+        assert "max_tokens" not in body
+        assert "temperature" not in body
+        assert body["response_format"]["type"] == "json_schema"
 
 
 def test_openai_server_error_is_one_line_without_the_key(server: FakeOpenAI) -> None:
@@ -240,7 +314,9 @@ def test_openai_server_error_is_one_line_without_the_key(server: FakeOpenAI) -> 
     assert SECRET not in message
     assert message.startswith("openai:gpt-4o-mini: HTTP 500: upstream model crashed")
     assert "[api key]" in message  # the echoed header was scrubbed, not dropped
-    assert caught.value.__cause__ is not None  # the SDK error stays attached
+    # The SDK error holds the key too, and a traceback would print it: not chained.
+    assert caught.value.__cause__ is None
+    assert caught.value.__suppress_context__
     assert SECRET not in provider.name
     assert SECRET not in repr(provider)
 
@@ -253,7 +329,20 @@ def test_openai_unreachable_server_is_one_line(no_openai_env: None) -> None:
         "m", base_url="http://127.0.0.1:9/v1", api_key=SECRET, max_retries=0, timeout=5
     )
     try:
-        with pytest.raises(ProviderError, match=r"^openai:m: cannot reach http://127\.0\.0\.1:9/v1"):
+        with pytest.raises(
+            ProviderError, match=r"^openai:m: cannot reach http://127\.0\.0\.1:9/v1"
+        ):
+            provider.complete(MESSAGES)
+    finally:
+        provider.close()
+
+
+def test_openai_timeout_is_one_line(server: FakeOpenAI) -> None:
+    server.delay = 1.0
+    server.answer("chat_completion")
+    provider = openai_provider(server, timeout=0.2)
+    try:
+        with pytest.raises(ProviderError, match=r"^openai:gpt-4o-mini: no reply within 0\.2s$"):
             provider.complete(MESSAGES)
     finally:
         provider.close()
@@ -343,7 +432,11 @@ def test_record_then_replay_round_trip(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == []  # created up front, empty
     calls: list[tuple[list[Message], dict[str, Any] | None, int | None]] = [
         (MESSAGES, ACTION_SCHEMA, 100),
-        ([*MESSAGES, Message("assistant", "{}"), Message("user", "repair: kind missing")], None, None),
+        (
+            [*MESSAGES, Message("assistant", "{}"), Message("user", "repair: kind missing")],
+            None,
+            None,
+        ),
         ([Message("user", "多语言 ✓ ok")], ACTION_SCHEMA, 7),
     ]
     originals = []
@@ -362,7 +455,7 @@ def test_record_then_replay_round_trip(tmp_path: Path) -> None:
     replay = ReplayProvider(path)
     assert replay.name == "replay:run.json"
     assert replay.remaining == 3
-    for (messages, schema, max_tokens), original in zip(calls, originals):
+    for (messages, schema, max_tokens), original in zip(calls, originals, strict=True):
         replayed = replay.complete(messages, schema=schema, max_tokens=max_tokens)
         assert (replayed.text, replayed.usage, replayed.model) == (
             original.text,
@@ -384,7 +477,10 @@ def test_replay_of_a_checked_in_cassette() -> None:
     replay = ReplayProvider(CASSETTES / "replay_ticket.json")
     system = Message("system", "You run a support ticket. Reply with one JSON action.")
     first = replay.complete(
-        [system, Message("user", 'step: triage\nfacts: {"ticket": "T-7"}\nskills: classify, finish')],
+        [
+            system,
+            Message("user", 'step: triage\nfacts: {"ticket": "T-7"}\nskills: classify, finish'),
+        ],
         max_tokens=64,
     )
     assert json.loads(first.text)["skill"] == "classify"
@@ -395,8 +491,7 @@ def test_replay_of_a_checked_in_cassette() -> None:
             system,
             Message(
                 "user",
-                'step: classified\nfacts: {"ticket": "T-7", "category": "billing"}\n'
-                "skills: finish",
+                'step: classified\nfacts: {"ticket": "T-7", "category": "billing"}\nskills: finish',
             ),
         ],
         max_tokens=64,
@@ -521,6 +616,8 @@ def test_open_provider_forms(tmp_path: Path, no_openai_env: None) -> None:
     else:
         local = open_provider(f"local:{model}")  # loads nothing until the first call
         assert local.name == "local:tiny.gguf"
+        with pytest.raises(ProviderError, match=r"^local:tiny\.gguf: Failed to load model"):
+            local.complete(MESSAGES)
         with pytest.raises(ProviderError, match="no model file"):
             open_provider(f"local:{tmp_path / 'missing.gguf'}")
 
@@ -557,6 +654,31 @@ def test_importing_llm_imports_no_sdk() -> None:
 # ---------------------------------------------------------------------- local model
 
 
+def test_local_messages_alternate_and_fold_system_for_gemma() -> None:
+    from skillstate.llm.local import _chat_messages
+
+    messages = [
+        Message("system", "rules"),
+        Message("user", "step 1"),
+        Message("user", "more facts"),
+        Message("assistant", "{}"),
+        Message("tool", "tool said ok"),
+        Message("user", "repair: kind missing"),
+    ]
+    assert _chat_messages(messages, fold_system=True) == [
+        {"role": "user", "content": "rules\n\nstep 1\n\nmore facts"},
+        {"role": "assistant", "content": "{}"},
+        {"role": "user", "content": "tool said ok\n\nrepair: kind missing"},
+    ]
+    assert _chat_messages(messages[:2], fold_system=False) == [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "step 1"},
+    ]
+    assert _chat_messages([Message("system", "only rules")], fold_system=True) == [
+        {"role": "user", "content": "only rules"}
+    ]
+
+
 def test_local_model_returns_schema_valid_json() -> None:
     pytest.importorskip("llama_cpp", reason="llama-cpp-python (the local extra) is not installed")
     pytest.importorskip(
@@ -585,4 +707,10 @@ def test_local_model_returns_schema_valid_json() -> None:
     assert completion.usage.prompt > 0
     assert 0 < completion.usage.completion <= 32
     assert not completion.usage.estimated
-    assert provider.name.startswith("local:") and provider.name.endswith(".gguf")
+    assert provider.name == "local:gemma-3-270m-q4_k_m.gguf"
+    assert provider.load_seconds is not None
+
+    with pytest.raises(ProviderError, match=r"exceed context window of 1024") as caught:
+        provider.complete([Message("user", "order " * 1500)], max_tokens=4)
+    assert "\n" not in str(caught.value)
+    provider.close()

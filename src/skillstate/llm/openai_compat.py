@@ -5,21 +5,21 @@ llama.cpp's ``llama-server``, Ollama, LM Studio, most gateways): ``base_url``
 picks the server. Replies are asked for at temperature 0 so that reruns stay as
 close to deterministic as the server allows.
 
-Structured output degrades step by step, because servers differ in what they
-accept and the caller validates every reply anyway:
+Servers differ in what they accept, and the caller validates every reply anyway,
+so a request the server refuses for a known reason is adapted and resent, and
+the adaptation is remembered so a run pays for the probe once:
 
-1. ``response_format={"type": "json_schema", ...}``: decoding constrained to the
-   schema (OpenAI, recent vLLM and llama.cpp);
-2. if the server rejects that with a 4xx naming ``response_format`` or
-   ``json_schema``, ``{"type": "json_object"}`` plus the schema spelled out in the
-   last message: JSON guaranteed, shape asked for;
-3. if that is rejected too, no ``response_format`` at all, only the instruction.
+* structured output degrades step by step: ``response_format`` ``json_schema``
+  (decoding constrained to the schema: OpenAI, recent vLLM and llama.cpp), then
+  ``json_object`` with the schema spelled out in the last message (JSON
+  guaranteed, shape asked for), then the instruction alone;
+* models that only sample at their default temperature (OpenAI's reasoning
+  models) get no ``temperature``;
+* models that want ``max_completion_tokens`` instead of ``max_tokens`` get it.
 
-The level that worked is remembered, so a run pays for the probe once.
-
-The API key is a secret: it never goes into ``name``, ``raw``, an error message
-or a log line. Error text from the server is scrubbed of it too, in case a proxy
-echoes the request's headers back.
+The API key is a secret: it never goes into ``name``, ``repr``, ``raw``, an error
+message or a log line. Server error text is scrubbed of it, in case a proxy echoes
+the request's headers back, and an SDK error that carries it is not chained.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from skillstate.errors import MissingExtra, ProviderError
 from skillstate.llm.base import Completion, Message, Usage, count_messages
 from skillstate.llm.tokens import count_tokens
 
-__all__ = ["OpenAIProvider"]
+__all__ = ["PLACEHOLDER_KEY", "OpenAIProvider", "SchemaMode"]
 
 SchemaMode = Literal["json_schema", "json_object", "prompt"]
 _MODES: tuple[SchemaMode, ...] = ("json_schema", "json_object", "prompt")
@@ -47,6 +47,9 @@ it, but the SDK refuses to build a client without one."""
 _ERROR_CHARS = 300
 """Server error text is cut to this many characters: some servers answer with a
 whole HTML page or a stack trace, and the error must stay one readable line."""
+
+_ADAPTABLE_STATUS = frozenset({400, 404, 415, 422, 501})
+"""Statuses with which servers refuse a parameter (vLLM says 400, some proxies 422)."""
 
 _REJECTS_FORMAT = ("response_format", "json_schema", "json_object", "structured output")
 
@@ -96,14 +99,17 @@ class OpenAIProvider:
         self.base_url = base_url
         self.timeout = timeout
         self._secret = key
+        # What the server turned out to accept; only ever moves one way (see _adapt).
         self._mode: SchemaMode = "json_schema"
-        self._mode_lock = threading.Lock()
+        self._send_temperature = True
+        self._limit_param = "max_tokens"
+        self._adapt_lock = threading.Lock()
         try:
             self._client: Any = openai.OpenAI(
                 api_key=key, base_url=base_url, timeout=timeout, max_retries=max_retries
             )
         except openai.OpenAIError as exc:
-            raise ProviderError(f"{self.name}: {self._scrub(_one_line(str(exc)))}") from exc
+            raise self._error(exc) from self._cause(exc)
 
     @property
     def schema_mode(self) -> SchemaMode:
@@ -124,45 +130,42 @@ class OpenAIProvider:
         schema: dict[str, Any] | None = None,
         max_tokens: int | None = None,
     ) -> Completion:
+        openai = _sdk()
         started = time.perf_counter()
-        mode = self._mode if schema is not None else None
-        while True:
-            sent = (
-                _with_instruction(messages, schema)
-                if mode in {"json_object", "prompt"}
-                else messages
-            )
+        while True:  # ends: every retry follows an adaptation, and each happens once
+            mode = self._mode if schema is not None else None
+            request = self._request(messages, schema, mode, max_tokens)
             try:
-                response = self._create(sent, schema, mode, max_tokens)
+                response = self._client.chat.completions.create(**request)
                 break
-            except ProviderError as exc:
-                rejected = exc.__cause__
-                if mode is None or mode == "prompt" or not self._rejects_format(rejected):
-                    raise
-                mode = _MODES[_MODES.index(mode) + 1]
-                with self._mode_lock:  # never step back up if another thread went further
-                    if _MODES.index(mode) > _MODES.index(self._mode):
-                        self._mode = mode
+            except openai.APIStatusError as exc:
+                if not self._adapt(exc, request, mode):
+                    raise self._error(exc) from self._cause(exc)
+            except openai.OpenAIError as exc:
+                raise self._error(exc) from self._cause(exc)
+        sent = [Message(m["role"], m["content"]) for m in request["messages"]]
         return self._completion(response, sent, mode, started)
 
     # ------------------------------------------------------------------ internals
 
-    def _create(
+    def _request(
         self,
         messages: Sequence[Message],
         schema: dict[str, Any] | None,
         mode: SchemaMode | None,
         max_tokens: int | None,
-    ) -> Any:
-        """One chat-completions request; SDK errors become one-line ProviderErrors."""
-        openai = _sdk()
+    ) -> dict[str, Any]:
+        """The keyword arguments of one chat-completions call, as adapted so far."""
+        if schema is not None and mode in {"json_object", "prompt"}:
+            messages = _with_instruction(messages, schema)
         request: dict[str, Any] = {
             "model": self.model,
             "messages": [m.as_dict() for m in messages],
-            "temperature": 0,
         }
+        if self._send_temperature:
+            request["temperature"] = 0
         if max_tokens is not None:
-            request["max_tokens"] = max_tokens
+            request[self._limit_param] = max_tokens
         if schema is not None and mode == "json_schema":
             request["response_format"] = {
                 "type": "json_schema",
@@ -172,31 +175,33 @@ class OpenAIProvider:
             }
         elif schema is not None and mode == "json_object":
             request["response_format"] = {"type": "json_object"}
-        try:
-            return self._client.chat.completions.create(**request)
-        except openai.APITimeoutError as exc:
-            raise ProviderError(f"{self.name}: no reply within {self.timeout:g}s") from exc
-        except openai.APIConnectionError as exc:
-            where = self.base_url or "the OpenAI API"
-            raise ProviderError(
-                f"{self.name}: cannot reach {where}: {self._scrub(_cause_text(exc))}"
-            ) from exc
-        except openai.APIStatusError as exc:
-            raise ProviderError(
-                f"{self.name}: HTTP {exc.status_code}: {self._scrub(_status_text(exc))}"
-            ) from exc
-        except openai.OpenAIError as exc:
-            raise ProviderError(f"{self.name}: {self._scrub(_one_line(str(exc)))}") from exc
+        return request
 
-    def _rejects_format(self, exc: BaseException | None) -> bool:
-        """Whether ``exc`` is the server refusing the ``response_format`` we sent."""
-        status = getattr(exc, "status_code", None)
-        if not isinstance(status, int) or status not in {400, 404, 415, 422, 501}:
+    def _adapt(self, exc: Any, request: dict[str, Any], mode: SchemaMode | None) -> bool:
+        """Whether ``exc`` refuses something this provider can drop; drops it if so.
+
+        True only when the next request will differ from ``request`` in what was
+        refused, so retries cannot loop.
+        """
+        if exc.status_code not in _ADAPTABLE_STATUS:
             return False
-        text = f"{getattr(exc, 'message', '')} {_status_text(exc)}".lower()
-        if "invalid schema" in text:  # the schema is wrong, not the feature unsupported
-            return False
-        return any(word in text for word in _REJECTS_FORMAT)
+        text = _status_text(exc).lower()
+        param = _error_param(exc)
+        with self._adapt_lock:
+            if "max_completion_tokens" in text and "max_tokens" in request:
+                self._limit_param = "max_completion_tokens"
+                return True
+            if "temperature" in request and (param == "temperature" or "temperature" in text):
+                self._send_temperature = False
+                return True
+            if mode is None or mode == "prompt" or "invalid schema" in text:
+                return False  # an invalid schema is the caller's bug, not a missing feature
+            if param != "response_format" and not any(w in text for w in _REJECTS_FORMAT):
+                return False
+            following = _MODES[_MODES.index(mode) + 1]
+            if _MODES.index(following) > _MODES.index(self._mode):
+                self._mode = following
+            return True
 
     def _completion(
         self, response: Any, sent: Sequence[Message], mode: SchemaMode | None, started: float
@@ -228,14 +233,37 @@ class OpenAIProvider:
             raw=raw,
         )
 
+    def _error(self, exc: Any) -> ProviderError:
+        """One line saying what failed, in the user's terms, without the key."""
+        openai = _sdk()
+        if isinstance(exc, openai.APITimeoutError):
+            return ProviderError(f"{self.name}: no reply within {self.timeout:g}s")
+        if isinstance(exc, openai.APIConnectionError):
+            where = self.base_url or "the OpenAI API"
+            return ProviderError(
+                f"{self.name}: cannot reach {where}: {self._scrub(_cause_text(exc))}"
+            )
+        if isinstance(exc, openai.APIStatusError):
+            return ProviderError(
+                f"{self.name}: HTTP {exc.status_code}: {self._scrub(_status_text(exc))}"
+            )
+        return ProviderError(f"{self.name}: {self._scrub(_one_line(str(exc)))}")
+
+    def _cause(self, exc: BaseException) -> BaseException | None:
+        """``exc`` to chain, or ``None`` when its text holds the key (a traceback prints it)."""
+        if self._secret == PLACEHOLDER_KEY:
+            return exc
+        texts = [str(exc), str(getattr(exc, "body", "")), str(exc.__cause__ or "")]
+        return None if any(self._secret in text for text in texts) else exc
+
     def _scrub(self, text: str) -> str:
         """``text`` without the API key (a proxy may echo request headers in errors)."""
-        if self._secret and self._secret != PLACEHOLDER_KEY:
+        if self._secret != PLACEHOLDER_KEY:
             text = text.replace(self._secret, "[api key]")
         return text
 
 
-def _with_instruction(messages: Sequence[Message], schema: dict[str, Any] | None) -> list[Message]:
+def _with_instruction(messages: Sequence[Message], schema: dict[str, Any]) -> list[Message]:
     """``messages`` with the schema spelled out at the end of the last one.
 
     For servers that cannot constrain decoding to a schema: the instruction goes
@@ -243,12 +271,12 @@ def _with_instruction(messages: Sequence[Message], schema: dict[str, Any] | None
     roles keep alternating as chat templates require.
     """
     out = list(messages)
-    if schema is None or not out:
-        return out
     instruction = (
         "Reply with one JSON object, and nothing else, matching this JSON schema:\n"
         + json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     )
+    if not out:
+        return [Message("user", instruction)]
     last = out[-1]
     out[-1] = Message(role=last.role, content=f"{last.content}\n\n{instruction}")
     return out
@@ -269,15 +297,24 @@ def _usage(usage: Any, sent: Sequence[Message], text: str) -> Usage:
     )
 
 
+def _error_body(exc: Any) -> dict[str, Any]:
+    """The ``error`` object of an OpenAI-style error body (or the body itself)."""
+    body = getattr(exc, "body", None)
+    if not isinstance(body, dict):
+        return {}
+    error = body.get("error", body)
+    return error if isinstance(error, dict) else {"message": error}
+
+
+def _error_param(exc: Any) -> str | None:
+    param = _error_body(exc).get("param")
+    return param if isinstance(param, str) else None
+
+
 def _status_text(exc: Any) -> str:
     """The server's own error message (``{"error": {"message": ...}}``), on one line."""
-    body = getattr(exc, "body", None)
-    message: Any = None
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        message = error.get("message") if isinstance(error, dict) else error
-        if message is None:
-            message = body.get("message") or body.get("detail")
+    error = _error_body(exc)
+    message: Any = error.get("message") or error.get("detail")
     if message is None:
         message = getattr(exc, "message", None) or str(exc)
     if not isinstance(message, str):

@@ -217,11 +217,12 @@ def _difference(recorded: dict[str, Any], actual: dict[str, Any]) -> str | None:
     old, new = recorded["messages"], actual["messages"]
     if len(old) != len(new):
         return f"{len(new)} messages sent, {len(old)} recorded"
-    for number, (was, now) in enumerate(zip(old, new), start=1):
+    for number, (was, now) in enumerate(zip(old, new, strict=True), start=1):
         if was["role"] != now["role"]:
             return f"message {number} has role {now['role']!r}, recorded {was['role']!r}"
         if was["content"] != now["content"]:
-            return f"message {number} ({now['role']}) content {_text_difference(was['content'], now['content'])}"
+            where = _text_difference(was["content"], now["content"])
+            return f"message {number} ({now['role']}) content {where}"
     if recorded["schema_sha"] != actual["schema_sha"]:
         if recorded["schema_sha"] is None:
             return "a schema was sent, none recorded"
@@ -239,7 +240,7 @@ def _difference(recorded: dict[str, Any], actual: dict[str, Any]) -> str | None:
 def _text_difference(was: str, now: str) -> str:
     """Where two texts first differ, with a little context from each (``repr``: one line)."""
     at = next(
-        (i for i, (a, b) in enumerate(zip(was, now)) if a != b),
+        (i for i, (a, b) in enumerate(zip(was, now, strict=False)) if a != b),
         min(len(was), len(now)),
     )
     start = max(0, at - _SNIPPET // 2)
