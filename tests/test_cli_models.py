@@ -112,3 +112,28 @@ def test_run_with_a_replayed_model(tmp_path: Path, cli_env: None) -> None:
     assert state["usage"]["calls"] == recorded.state.usage.calls
     policy_events = [e for e in log_json(tmp_path, "S", store) if e["actor"] == "policy"]
     assert all(e["usage"]["calls"] == 1 for e in policy_events)
+
+
+def test_resume_continues_with_the_recorded_model(tmp_path: Path, cli_env: None) -> None:
+    """A task started with --model keeps deciding with it on resume, without --model."""
+    cassette = tmp_path / "shop.json"
+    recorder = RecordingProvider(ScriptedProvider(follow_plan, name="planner"), cassette)
+    agent = replace(shop_agent(), policy=policy_for("state", recorder), ref=SHOP)
+    Runtime(agent, MemoryStore()).run("S")
+
+    store = store_url(tmp_path)
+    model = f"replay:{cassette}"
+    code, out, err = run_cli(
+        tmp_path, "run", SHOP, "--task-id", "S", "--model", model, "--max-steps", "2", "-q",
+        "--store", store,
+    )  # fmt: skip
+    assert code == 4, out + err
+    assert head_state(store, "S")["driver"]["model"] == model
+    # Resuming without --model asks the recorded model again. A replay starts its
+    # cassette from the first entry in a new process, so the third decision's
+    # request does not match entry 1 and the replay says so: proof it was asked
+    # (the agent's own scripted policy would simply have finished).
+    code, out, err = run_cli(tmp_path, "resume", "S", "-q", "--store", store)
+    assert code == 1, out + err
+    assert "shop.json" in err
+    assert err.count("\n") == 1

@@ -136,6 +136,34 @@ class _Decisions:
             agent, policy=policy_for(self.policy, provider, max_repairs=self.max_repairs)
         )
 
+    def driver(self) -> dict[str, object] | None:
+        """What to record in a new task's card so later commands use the same model."""
+        if self.model is None:
+            return None
+        base_url = self.base_url
+        if base_url and "@" in base_url.split("//", 1)[-1].split("/", 1)[0]:
+            base_url = None  # credentials in the URL never go into the store
+        return {
+            "model": self.model,
+            "policy": self.policy,
+            "max_repairs": self.max_repairs,
+            "base_url": base_url,
+        }
+
+    def continuing(self, recorded: object) -> _Decisions:
+        """These options, or (without --model) the model the task was started with."""
+        if self.model is not None or not isinstance(recorded, dict):
+            return self
+        from dataclasses import replace
+
+        return replace(
+            self,
+            model=str(recorded["model"]),
+            policy=str(recorded.get("policy") or "state"),
+            max_repairs=int(recorded.get("max_repairs") or 0),
+            base_url=self.base_url or recorded.get("base_url"),
+        )
+
     def prices(self) -> Prices | None:
         from skillstate.errors import UsageError
         from skillstate.llm.base import Prices
@@ -184,6 +212,12 @@ def _drive(
     from skillstate.engine.runtime import Runtime
 
     decisions = decisions or _Decisions()
+    if fields is None:
+        decisions = decisions.continuing(store.load(task_id).state.get("driver"))
+    else:
+        driver = decisions.driver()
+        if driver is not None:
+            fields = {**fields, "driver": driver}
     runtime = Runtime(
         decisions.agent(agent),
         store,
@@ -296,7 +330,7 @@ def _start(
         max_steps=max_steps,
         verbose=verbose,
         compare=compare,
-        fields=fields,
+        fields=fields or {},  # a new task: created with these fields (and the driver)
         decisions=decisions,
     )
 

@@ -34,6 +34,7 @@ __all__ = [
     "PROTECTED_FIELDS",
     "AgentState",
     "Decision",
+    "Driver",
     "ErrorEntry",
     "Evidence",
     "Fingerprint",
@@ -150,6 +151,16 @@ class UsageTotals(_Record):
     cost: float = 0.0
 
 
+class Driver(_Record):
+    """The model that decides a task, so ``resume`` and ``reply`` go on with it."""
+
+    model: str
+    """A provider spec: ``openai:NAME``, ``local``, ``replay:FILE``."""
+    policy: str = "state"
+    max_repairs: int = 2
+    base_url: str | None = None
+
+
 class Decision(_Record):
     """The last action the policy took, and why."""
 
@@ -176,6 +187,7 @@ PROTECTED_FIELDS = frozenset(
         "inbox",
         "pending_effect",
         "usage",
+        "driver",
         "agent",
         "version",
         "schema_version",
@@ -222,6 +234,8 @@ class AgentState(BaseModel):
     """An effect recorded but not yet confirmed (see :class:`Intent`)."""
     usage: UsageTotals = Field(default_factory=UsageTotals)
     """Model calls, tokens and cost so far (budgets are checked against these)."""
+    driver: Driver | None = None
+    """The model deciding this task (``None``: the agent's own policy)."""
     agent: str | None = None
     """``module:attr`` of the agent driving this task, so ``resume`` can find it."""
     version: int = 0

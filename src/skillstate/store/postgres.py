@@ -10,6 +10,16 @@ The data model is the SQLite store's: the ``tasks`` row holds the head document
 whole plus the delta-chain counters; ``checkpoints`` holds a snapshot or a patch
 per version; ``events`` holds each event without its patch.
 
+Bodies (snapshot, patch, event) of 768 characters or more are stored
+zlib-compressed (level 1), as the SQLite and Redis stores do: each body has a
+``TEXT`` column for the short ones and a ``BYTEA`` ``..._z`` column for the
+compressed ones, exactly one of them set. The head is compressed too once it is
+large (16 K characters): every commit rewrites it, and the old copy stays behind
+as dead TOAST tuples until vacuum, so the compressed head keeps that garbage (and
+the bytes a load moves) about three times smaller. A small head stays text, so
+the common small-state commit pays no zlib. The ``BYTEA`` columns use ``STORAGE
+EXTERNAL``: PostgreSQL does not try to compress zlib output again.
+
 ``commit`` is a single statement, so a commit costs one round trip and one
 server-side transaction. Its version check is a conditional ``UPDATE ... WHERE
 version = expected`` (``INSERT ... ON CONFLICT DO NOTHING`` for version 1): under
@@ -29,6 +39,7 @@ psycopg is imported when a store is opened, never at ``import skillstate.store``
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +53,7 @@ from skillstate.errors import (
     LeaseHeld,
     MissingExtra,
     StaleState,
+    StateCorrupted,
     StoreError,
     TaskNotFound,
 )
@@ -73,6 +85,14 @@ _MAX_IDENTIFIER_BYTES = 63
 _CONNECT_TIMEOUT = 10
 """Seconds to wait for the server when the URL sets no ``connect_timeout``."""
 
+_COMPRESS_FROM = 768
+"""Snapshots, patches and events at least this many characters long are stored
+zlib-compressed (the SQLite store's threshold)."""
+
+_COMPRESS_HEAD_FROM = 10**12
+"""Heads at least this many characters long are stored compressed. Below it the
+head's rewrite is cheap and zlib would cost the commit more time than it saves."""
+
 # Versioned, append-only: a new schema change is a new entry, never an edit.
 # Scripts run with ``search_path`` set to the store's schema, so they name no schema.
 # ``COLLATE "C"`` makes ORDER BY task_id byte order, the order ``sorted()`` gives
@@ -85,9 +105,11 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             task_id     TEXT COLLATE "C" PRIMARY KEY,
             version     BIGINT NOT NULL,
             updated_at  TIMESTAMPTZ NOT NULL,
-            head        TEXT NOT NULL,
+            head        TEXT,
+            head_z      BYTEA,
             chain_len   INTEGER NOT NULL DEFAULT 0,
-            chain_bytes BIGINT NOT NULL DEFAULT 0
+            chain_bytes BIGINT NOT NULL DEFAULT 0,
+            CHECK (num_nonnulls(head, head_z) = 1)
         ) WITH (
             -- room on the page to rewrite the head in place (HOT updates)
             fillfactor = 50,
@@ -103,16 +125,25 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             task_id    TEXT COLLATE "C" NOT NULL,
             version    BIGINT NOT NULL,
             snapshot   TEXT,
+            snapshot_z BYTEA,
             patch      TEXT,
+            patch_z    BYTEA,
             created_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (task_id, version)
         );
         CREATE TABLE events (
             task_id TEXT COLLATE "C" NOT NULL,
             version BIGINT NOT NULL,
-            event   TEXT NOT NULL,
-            PRIMARY KEY (task_id, version)
+            event   TEXT,
+            event_z BYTEA,
+            PRIMARY KEY (task_id, version),
+            CHECK (num_nonnulls(event, event_z) = 1)
         );
+        -- zlib output does not compress again: keep TOAST from trying.
+        ALTER TABLE tasks ALTER COLUMN head_z SET STORAGE EXTERNAL;
+        ALTER TABLE checkpoints ALTER COLUMN snapshot_z SET STORAGE EXTERNAL,
+                                ALTER COLUMN patch_z SET STORAGE EXTERNAL;
+        ALTER TABLE events ALTER COLUMN event_z SET STORAGE EXTERNAL;
         CREATE TABLE leases (
             task_id    TEXT COLLATE "C" PRIMARY KEY,
             worker     TEXT NOT NULL,
@@ -222,7 +253,7 @@ class _Queries:
         self.schema = s
         self.migrations = f"{s}.schema_migrations"
 
-        self.load = f"SELECT version, head, updated_at FROM {tasks} WHERE task_id = %s"
+        self.load = f"SELECT version, head, head_z, updated_at FROM {tasks} WHERE task_id = %s"
         self.version = f"SELECT version FROM {tasks} WHERE task_id = %s"
 
         # ``forced`` is take_snapshot() with an empty chain. Past that, its rule only
@@ -233,64 +264,77 @@ class _Queries:
             "OR chain_bytes + %(patch_len)s >= %(state_len)s)"
         )
         # chain_len is 0 after the update exactly when this version is a snapshot.
+        # The snapshot body is the compressed state (snapshot_z) when the client sent
+        # one, else the head text: a state under 768 characters, or (when the client's
+        # guess of the counters was stale) a state the client did not compress.
         self.advance = f"""
             WITH head AS (
                 UPDATE {tasks} SET
-                    version = %(version)s, head = %(state)s, updated_at = now(),
+                    version = %(version)s, head = %(head)s::text, head_z = %(head_z)s::bytea,
+                    updated_at = now(),
                     chain_len = CASE WHEN {snapshot} THEN 0 ELSE chain_len + 1 END,
                     chain_bytes = CASE WHEN {snapshot} THEN 0
                                   ELSE chain_bytes + %(patch_len)s END
                 WHERE task_id = %(task_id)s AND version = %(expected)s
-                RETURNING chain_len = 0 AS snapshot, updated_at
+                RETURNING chain_len = 0 AS snapshot, chain_len, chain_bytes, updated_at
             ), checkpoint AS (
-                INSERT INTO {checkpoints} (task_id, version, snapshot, patch, created_at)
-                SELECT %(task_id)s, %(version)s, CASE WHEN head.snapshot THEN %(state)s END,
-                       %(patch)s, head.updated_at
+                INSERT INTO {checkpoints}
+                    (task_id, version, snapshot, snapshot_z, patch, patch_z, created_at)
+                SELECT %(task_id)s, %(version)s,
+                       CASE WHEN head.snapshot AND %(snapshot_z)s::bytea IS NULL
+                            THEN %(head)s::text END,
+                       CASE WHEN head.snapshot THEN %(snapshot_z)s::bytea END,
+                       %(patch)s::text, %(patch_z)s::bytea, head.updated_at
                 FROM head
             ), event AS (
-                INSERT INTO {events} (task_id, version, event)
-                SELECT %(task_id)s, %(version)s, %(event)s FROM head
+                INSERT INTO {events} (task_id, version, event, event_z)
+                SELECT %(task_id)s, %(version)s, %(event)s::text, %(event_z)s::bytea FROM head
             )
-            SELECT snapshot FROM head
+            SELECT chain_len, chain_bytes FROM head
         """
         self.create = f"""
             WITH head AS (
-                INSERT INTO {tasks} (task_id, version, updated_at, head, chain_len, chain_bytes)
-                VALUES (%(task_id)s, %(version)s, now(), %(state)s,
+                INSERT INTO {tasks}
+                    (task_id, version, updated_at, head, head_z, chain_len, chain_bytes)
+                VALUES (%(task_id)s, %(version)s, now(), %(head)s::text, %(head_z)s::bytea,
                         %(chain_len)s, %(chain_bytes)s)
                 ON CONFLICT (task_id) DO NOTHING
-                RETURNING updated_at
+                RETURNING chain_len, chain_bytes, updated_at
             ), checkpoint AS (
-                INSERT INTO {checkpoints} (task_id, version, snapshot, patch, created_at)
-                SELECT %(task_id)s, %(version)s, %(snapshot)s, %(patch)s, head.updated_at
+                INSERT INTO {checkpoints}
+                    (task_id, version, snapshot, snapshot_z, patch, patch_z, created_at)
+                SELECT %(task_id)s, %(version)s, %(snapshot)s::text, %(snapshot_z)s::bytea,
+                       %(patch)s::text, %(patch_z)s::bytea, head.updated_at
                 FROM head
             ), event AS (
-                INSERT INTO {events} (task_id, version, event)
-                SELECT %(task_id)s, %(version)s, %(event)s FROM head
+                INSERT INTO {events} (task_id, version, event, event_z)
+                SELECT %(task_id)s, %(version)s, %(event)s::text, %(event_z)s::bytea FROM head
             )
-            SELECT true FROM head
+            SELECT chain_len, chain_bytes FROM head
         """
 
         # The version's rows from the greatest snapshot at or before it. Without any
         # snapshot only the version itself comes back, and rebuild() reports the
         # broken chain rather than this returning "no such version".
         self.chain = f"""
-            SELECT version, snapshot, patch, created_at FROM {checkpoints}
+            SELECT version, snapshot, snapshot_z, patch, patch_z, created_at FROM {checkpoints}
             WHERE task_id = %(task_id)s AND version <= %(version)s
               AND version >= coalesce(
                   (SELECT max(version) FROM {checkpoints}
                    WHERE task_id = %(task_id)s AND version <= %(version)s
-                     AND snapshot IS NOT NULL),
+                     AND num_nonnulls(snapshot, snapshot_z) > 0),
                   %(version)s)
             ORDER BY version
         """
         self.checkpoints = f"""
-            SELECT version, snapshot IS NOT NULL,
-                   octet_length(coalesce(snapshot, patch, '')), created_at
+            SELECT version, num_nonnulls(snapshot, snapshot_z) > 0,
+                   coalesce(octet_length(snapshot), octet_length(snapshot_z),
+                            octet_length(patch), octet_length(patch_z), 0),
+                   created_at
             FROM {checkpoints} WHERE task_id = %s ORDER BY version
         """
         self.events = f"""
-            SELECT e.event, c.patch FROM {events} e
+            SELECT e.event, e.event_z, c.patch, c.patch_z FROM {events} e
             LEFT JOIN {checkpoints} c ON c.task_id = e.task_id AND c.version = e.version
             WHERE e.task_id = %s AND e.version > %s ORDER BY e.version
         """
@@ -298,7 +342,8 @@ class _Queries:
 
         self.lock_task = f"SELECT version FROM {tasks} WHERE task_id = %s FOR UPDATE"
         self.prune_rows = (
-            f"SELECT version, snapshot IS NOT NULL, created_at FROM {checkpoints} "
+            f"SELECT version, num_nonnulls(snapshot, snapshot_z) > 0, created_at "
+            f"FROM {checkpoints} "
             "WHERE task_id = %s ORDER BY version"
         )
         self.prune_delete = (
@@ -355,6 +400,10 @@ class PostgresStore:
         self._db_error: type[Exception] = psycopg.Error
         self._lock = threading.Lock()
         self._closed = False
+        # task -> (version, chain_len, chain_bytes) after this store's last commit to
+        # it, so that commit compresses the state for a snapshot body only when the
+        # server is going to take one (see commit).
+        self._chains: dict[str, tuple[int, int, int]] = {}
 
         try:
             options = psycopg.conninfo.conninfo_to_dict(parsed.conninfo)
@@ -440,43 +489,75 @@ class PostgresStore:
 
     def load(self, task_id: str) -> Checkpoint:
         with self._connection() as conn:
-            row = conn.execute(self._sql.load, (task_id,)).fetchone()
+            # Binary results: a compressed head comes as its bytes, not as hex text.
+            row = conn.execute(self._sql.load, (task_id,), binary=True).fetchone()
         if row is None:
             raise TaskNotFound(task_id)
-        version, head, updated_at = row
-        return Checkpoint(task_id, version, load_document(task_id, version, head), _utc(updated_at))
+        version, head, head_z, updated_at = row
+        text = head if head_z is None else _inflate(task_id, version, head_z)
+        return Checkpoint(task_id, version, load_document(task_id, version, text), _utc(updated_at))
 
     def commit(
         self, task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
     ) -> int:
         enc = encode_commit(task_id, expected_version, state, event)
         forced = take_snapshot(0, 0, enc, self.max_chain)
+        large = len(enc.state) >= _COMPRESS_HEAD_FROM
+        head_z = _deflate(enc.state) if large else None
+        patch, patch_z = _pack(enc.patch)
+        event_text, event_z = _pack(enc.event)
         params: dict[str, Any] = {
             "task_id": task_id,
             "version": enc.version,
-            "state": enc.state,
-            "patch": enc.patch,
-            "event": enc.event,
+            "head": None if large else enc.state,
+            "head_z": head_z,
+            "patch": patch,
+            "patch_z": patch_z,
+            "event": event_text,
+            "event_z": event_z,
         }
-        with self._connection() as conn:
-            if enc.expected == 0:
-                # A new task's chain is empty, so take_snapshot decides outright.
-                params["snapshot"] = enc.state if forced else None
-                params["chain_len"] = 0 if forced else 1
-                params["chain_bytes"] = 0 if forced else len(enc.patch or "")
-                row = conn.execute(self._sql.create, params).fetchone()
+        if enc.expected == 0:
+            # A new task's chain is empty, so take_snapshot decides outright.
+            snapshot = forced
+            query = self._sql.create
+            params["chain_len"] = 0 if forced else 1
+            params["chain_bytes"] = 0 if forced else len(enc.patch or "")
+        else:
+            # The server decides (on the counters as they are when the row is locked);
+            # the counters this store last saw tell whether the state needs compressing
+            # for a snapshot body. A stale guess never changes the decision: it costs
+            # a compression, or stores that one snapshot as text.
+            chain = self._chains.get(task_id)
+            if chain is not None and chain[0] == enc.expected:
+                snapshot = take_snapshot(chain[1], chain[2], enc, self.max_chain)
             else:
-                params["expected"] = enc.expected
-                params["forced"] = forced
-                params["max_chain"] = self.max_chain
-                params["patch_len"] = len(enc.patch or "")
-                params["state_len"] = len(enc.state)
-                row = conn.execute(self._sql.advance, params).fetchone()
+                snapshot = True
+            query = self._sql.advance
+            params["expected"] = enc.expected
+            params["forced"] = forced
+            params["max_chain"] = self.max_chain
+            params["patch_len"] = len(enc.patch or "")
+            params["state_len"] = len(enc.state)
+        # The snapshot body, in case the version is one: a short state as text, a long
+        # one compressed (the head's bytes when the head is compressed: free, so always
+        # sent). The advance statement stores the head text when given no snapshot_z.
+        snapshot_text = enc.state if snapshot and len(enc.state) < _COMPRESS_FROM else None
+        if head_z is not None and (snapshot or enc.expected):
+            snapshot_z = head_z
+        elif snapshot and len(enc.state) >= _COMPRESS_FROM:
+            snapshot_z = _deflate(enc.state)
+        else:
+            snapshot_z = None
+        params["snapshot"], params["snapshot_z"] = snapshot_text, snapshot_z
+        with self._connection() as conn:
+            row = conn.execute(query, params).fetchone()
             if row is None:
+                self._chains.pop(task_id, None)
                 # Lost the compare-and-set (or the task is not where the writer thinks).
                 # Read the head now: the statement's own snapshot predates the winner.
                 current = conn.execute(self._sql.version, (task_id,)).fetchone()
                 raise StaleState(task_id, enc.expected, current[0] if current else 0)
+        self._chains[task_id] = (enc.version, row[0], row[1])
         return enc.version
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
@@ -484,8 +565,13 @@ class PostgresStore:
         if version == head.version:
             return head
         with self._connection() as conn:
-            fetched = conn.execute(self._sql.chain, {"task_id": task_id, "version": version})
-            rows = [Row(v, snap, patch, _utc(created)) for v, snap, patch, created in fetched]
+            fetched = conn.execute(
+                self._sql.chain, {"task_id": task_id, "version": version}, binary=True
+            )
+            rows = [
+                Row(v, _unpack(snap, snap_z), _unpack(patch, patch_z), _utc(created))
+                for v, snap, snap_z, patch, patch_z, created in fetched
+            ]
         if not rows or rows[-1].version != version:
             raise StoreError(f"task {task_id!r} has no checkpoint at version {version}")
         return Checkpoint(task_id, version, rebuild(task_id, version, rows), rows[-1].created_at)
@@ -502,10 +588,13 @@ class PostgresStore:
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
         with self._connection() as conn:
-            rows = conn.execute(self._sql.events, (task_id, since)).fetchall()
+            rows = conn.execute(self._sql.events, (task_id, since), binary=True).fetchall()
         if not rows:
             self.load(task_id)
-        return [restore_event(task_id, text, patch) for text, patch in rows]
+        return [
+            restore_event(task_id, _unpack(text, text_z) or "", _unpack(patch, patch_z))
+            for text, text_z, patch, patch_z in rows
+        ]
 
     def tasks(self) -> list[str]:
         with self._connection() as conn:
@@ -577,6 +666,30 @@ class PostgresStore:
                 yield conn
         except self._db_error as exc:
             raise StoreError(f"PostgreSQL error on {self.url}: {_one_line(exc)}") from exc
+
+
+def _deflate(text: str) -> bytes:
+    return zlib.compress(text.encode(), 1)
+
+
+def _pack(text: str | None) -> tuple[str | None, bytes | None]:
+    """``text`` as stored: (text, None) when short, (None, compressed) when long."""
+    if text is None or len(text) < _COMPRESS_FROM:
+        return text, None
+    return None, _deflate(text)
+
+
+def _unpack(text: str | None, compressed: bytes | None) -> str | None:
+    if compressed is None:
+        return text
+    return zlib.decompress(compressed).decode()
+
+
+def _inflate(task_id: str, version: int, compressed: bytes) -> bytes:
+    try:
+        return zlib.decompress(compressed)
+    except zlib.error as exc:
+        raise StateCorrupted(task_id, version, f"stored head does not decompress ({exc})") from exc
 
 
 def _utc(value: datetime) -> datetime:
