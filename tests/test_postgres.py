@@ -7,11 +7,13 @@ skipped (or failed, with ``SKILLSTATE_REQUIRE_SERVICES=1``) when it is down.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -276,6 +278,90 @@ class TestData:
                 assert pg.checkpoint(task_id, 2).state == second
         finally:
             pg.close()
+
+    def test_large_bodies_and_head_are_stored_compressed(self, pg: PostgresStore) -> None:
+        """Long bodies and a large head are zlib bytes in the BYTEA columns; reads are exact."""
+        words = [f"w{i % 97}" for i in range(9000)]
+        first = {"task_id": "big", "version": 1, "words": words}  # ~40 K characters
+        second = {**first, "version": 2, "extra": "y" * 1500}  # a ~1.5 K patch
+        action = {"kind": "test", "note": "n" * 2000}
+        events = [
+            Event(task_id="big", version=1, actor="runtime", action=action),
+            Event(
+                task_id="big",
+                version=2,
+                actor="runtime",
+                action=action,
+                patch=make_patch(first, second),
+            ),
+        ]
+        pg.commit("big", 0, first, events[0])
+        pg.commit("big", 1, second, events[1])
+        small = {"task_id": "small", "version": 1, "n": 1}
+        pg.commit("small", 0, small, _event("small", 1))
+
+        schema = pg.schema
+        heads = {
+            row[0]: row[1:] for row in _sql(pg, f"SELECT task_id, head, head_z FROM {schema}.tasks")
+        }
+        assert heads["big"][0] is None
+        assert json.loads(zlib.decompress(heads["big"][1])) == second
+        assert heads["small"] == (encode_commit("small", 0, small, _event("small", 1)).state, None)
+
+        rows = _sql(
+            pg,
+            f"SELECT version, snapshot, snapshot_z, patch, patch_z, octet_length(snapshot_z), "
+            f"octet_length(patch_z) FROM {schema}.checkpoints WHERE task_id = 'big' "
+            "ORDER BY version",
+        )
+        (v1, snap1, snap1_z, _, _, snap1_len, _), (v2, snap2, snap2_z, patch2, patch2_z, _, p2) = (
+            rows
+        )
+        assert (v1, snap1, v2, snap2, snap2_z, patch2) == (1, None, 2, None, None, None)
+        assert json.loads(zlib.decompress(snap1_z)) == first
+        assert json.loads(zlib.decompress(patch2_z)) == events[1].patch
+        assert [(i.version, i.snapshot, i.size) for i in pg.checkpoints("big")] == [
+            (1, True, snap1_len),
+            (2, False, p2),
+        ]
+        stored = _sql(pg, f"SELECT event, event_z FROM {schema}.events WHERE task_id = 'big'")
+        assert all(text is None and z is not None for text, z in stored)
+
+        assert pg.load("big").state == second
+        assert pg.checkpoint("big", 1).state == first
+        assert pg.checkpoint("big", 2).state == second
+        assert pg.events("big") == events
+        assert pg.load("small").state == small
+        # TOAST does not try to compress the zlib bytes again.
+        storage = _sql(
+            pg,
+            "SELECT attname, attstorage FROM pg_attribute WHERE attrelid IN "
+            f"('{schema}.tasks'::regclass, '{schema}.checkpoints'::regclass, "
+            f"'{schema}.events'::regclass) AND attname LIKE '%\\_z'",
+        )
+        assert sorted(storage) == [(n, "e") for n in ("event_z", "head_z", "patch_z", "snapshot_z")]
+
+    def test_mid_size_state_snapshot_is_compressed_even_on_a_stale_guess(
+        self, pg: PostgresStore
+    ) -> None:
+        """A 768..16 K state: text head, compressed snapshot; a stale guess still reads exact."""
+        state = {"task_id": "t", "version": 1, "pad": "p" * 2000}
+        pg.commit("t", 0, state, _event("t", 1))
+        row = _sql(pg, f"SELECT head, head_z FROM {pg.schema}.tasks")[0]
+        assert row[0] is not None
+        assert row[1] is None
+        snap = _sql(pg, f"SELECT snapshot, snapshot_z FROM {pg.schema}.checkpoints")[0]
+        assert snap[0] is None
+        assert json.loads(zlib.decompress(snap[1])) == state
+        # The counters change behind the store's back: it expects a delta, the server
+        # takes a snapshot, and stores the head text as that snapshot.
+        _sql(pg, f"UPDATE {pg.schema}.tasks SET chain_bytes = 10000000")
+        second = {**state, "version": 2}
+        pg.commit("t", 1, second, _event("t", 2, patch=make_patch(state, second)))
+        assert pg.checkpoints("t")[-1].snapshot
+        assert pg.checkpoint("t", 2).state == second
+        pg.commit("t", 2, {**second, "version": 3}, _event("t", 3))
+        assert pg.checkpoint("t", 2).state == second
 
     def test_corrupt_head_is_state_corrupted(self, pg: PostgresStore) -> None:
         """A head that is not a JSON object stops the task instead of loading garbage."""

@@ -745,6 +745,57 @@ def bench_tokens(
     print_token_bench(report)
 
 
+@app.command(name="eval")
+def eval_(
+    suite: Annotated[str, typer.Option("--suite", help="Task suite: long.")] = "long",
+    variants: Annotated[
+        str, typer.Option("--variants", help="Comma-separated: history,state,skills,skillstate.")
+    ] = "history,state,skills,skillstate",
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Runs per task and variant.")] = 1,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="oracle (follows each task's reference plan), or a provider spec: "
+            "openai:NAME, local, local:PATH.gguf.",
+        ),
+    ] = "oracle",
+    base_url: BaseUrlOpt = None,
+    out: Annotated[str, typer.Option("--out", help="Directory for report.md/json and plots.")] = (
+        "eval-out"
+    ),
+    tasks: Annotated[
+        int | None, typer.Option("--tasks", min=1, help="Only the first N tasks of the suite.")
+    ] = None,
+    context_window: Annotated[
+        int | None,
+        typer.Option("--context-window", min=256, help="The model's context, in tokens."),
+    ] = None,
+    max_repairs: RepairsOpt = 2,
+    recovery: Annotated[
+        bool, typer.Option(help="Also interrupt each task at 25/50/75% and resume it.")
+    ] = True,
+) -> None:
+    """Run a task suite under the four variants and write a report."""
+    from skillstate.eval.cli import run_eval
+
+    raise typer.Exit(
+        run_eval(
+            suite=suite,
+            variants=variants,
+            seeds=seeds,
+            model=model,
+            base_url=base_url,
+            out=out,
+            tasks=tasks,
+            context_window=context_window,
+            max_repairs=max_repairs,
+            recovery=recovery,
+            command="skillstate " + " ".join(sys.argv[1:]),
+        )
+    )
+
+
 @app.command()
 def keygen() -> None:
     """Print a new key for SKILLSTATE_KEY (encrypts Sensitive[...] fields)."""

@@ -89,7 +89,7 @@ _COMPRESS_FROM = 768
 """Snapshots, patches and events at least this many characters long are stored
 zlib-compressed (the SQLite store's threshold)."""
 
-_COMPRESS_HEAD_FROM = 10**12
+_COMPRESS_HEAD_FROM = 16 * 1024
 """Heads at least this many characters long are stored compressed. Below it the
 head's rewrite is cheap and zlib would cost the commit more time than it saves."""
 

@@ -1,0 +1,115 @@
+"""``skillstate eval``: run a suite under the variants, with a progress bar, and report."""
+
+from __future__ import annotations
+
+import json
+import platform
+import random
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from skillstate._render import console
+from skillstate.eval.results import TaskResult
+from skillstate.eval.runner import ProviderFactory, oracle_factory, run_task
+from skillstate.eval.suites import load_suite
+from skillstate.eval.variants import parse_variants
+
+__all__ = ["run_eval"]
+
+
+def run_eval(
+    *,
+    suite: str,
+    variants: str,
+    seeds: int,
+    model: str,
+    base_url: str | None,
+    out: str,
+    tasks: int | None,
+    context_window: int | None,
+    max_repairs: int,
+    recovery: bool,
+    command: str,
+) -> int:
+    """Run and report; returns the exit code (0: the run completed, whatever it measured)."""
+    chosen = parse_variants(variants)
+    specs = load_suite(suite, 0)
+    if tasks is not None:
+        specs = specs[:tasks]
+    factory: ProviderFactory = oracle_factory
+    if model != "oracle":
+        from skillstate.llm import open_provider
+
+        provider = open_provider(model, base_url=base_url)
+
+        def shared(*_: object) -> object:
+            return provider
+
+        factory = shared  # type: ignore[assignment]
+    out_dir = Path(out)
+    work = out_dir / "runs"
+    started_at = datetime.now(timezone.utc)
+    started = time.perf_counter()
+    results: list[TaskResult] = []
+    orders: dict[int, list[str]] = {}
+    total = len(specs) * len(chosen) * seeds
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("eval", total=total)
+        for seed in range(seeds):
+            order = list(specs)
+            random.Random(seed).shuffle(order)  # task order shuffled per seed, and recorded
+            orders[seed] = [s.id for s in order]
+            for spec in order:
+                for variant in chosen:
+                    progress.update(bar, description=f"seed {seed} {spec.id} {variant.name}")
+                    results.append(
+                        run_task(
+                            spec,
+                            variant,
+                            seed=seed,
+                            factory=factory,
+                            workdir=work,
+                            context_window=context_window,
+                            max_repairs=max_repairs,
+                            recovery=recovery,
+                        )
+                    )
+                    progress.advance(bar)
+    from skillstate.eval.report import write_report
+
+    paths = write_report(
+        results,
+        out_dir,
+        model=model,
+        suite=suite,
+        seeds=list(range(seeds)),
+        command=command,
+        started_at=started_at,
+        duration_s=round(time.perf_counter() - started, 1),
+        machine=f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
+    )
+    # The task order of each seed is part of the record (it is shuffled per seed).
+    document = json.loads(paths.json.read_text(encoding="utf-8"))
+    document["task_order"] = {str(seed): ids for seed, ids in orders.items()}
+    paths.json.write_text(json.dumps(document, indent=2, ensure_ascii=False), encoding="utf-8")
+    ok = sum(r.success for r in results)
+    console.print(f"{ok}/{len(results)} runs succeeded")
+    for variant in chosen:
+        mine = [r for r in results if r.variant == variant.name]
+        won = sum(r.success for r in mine)
+        tokens = [t for r in mine for t in r.prompt_tokens]
+        mean = sum(tokens) / len(tokens) if tokens else 0.0
+        console.print(
+            f"  {variant.name:<10} success {won}/{len(mine)}  prompt tokens/decision {mean:,.0f}"
+        )
+    console.print(f"report: {paths.markdown} (json, plots beside it)")
+    return 0

@@ -1,0 +1,309 @@
+"""Run one task under one variant, and measure it.
+
+Each run gets a fresh directory (the family builds its environment there) and a
+fresh SQLite store, goes through the real :class:`~skillstate.engine.runtime.Runtime`
+with the variant's model policy, and is then judged by the family's checks on the
+environment and the final state, never by the model's prose. Token figures come
+from the events: what each policy actually sent.
+
+Recovery: the same task is run again, stopped after 25%, 50% and 75% of its
+reference plan, and resumed by a *new* runtime and a new policy over the same
+store, as after a crash; the checks then say whether it still succeeded and
+whether an effect was repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skillstate.engine.actions import Action
+from skillstate.engine.runtime import Runtime
+from skillstate.errors import ProviderError, SkillstateError
+from skillstate.eval.families import get_family
+from skillstate.eval.results import RecoveryResult, TaskResult
+from skillstate.eval.tasks import Environment, TaskSpec
+from skillstate.eval.variants import Variant, build_agent
+from skillstate.llm.base import Completion, Message, Provider, count_messages
+from skillstate.store.base import Store
+from skillstate.store.sqlite import SQLiteStore
+
+__all__ = [
+    "ContextOverflow",
+    "LimitedProvider",
+    "OracleProvider",
+    "ProviderFactory",
+    "run_task",
+]
+
+RECOVERY_POINTS = (0.25, 0.5, 0.75)
+TASK_ID = "task"
+
+
+class ContextOverflow(ProviderError):
+    """The prompt does not fit the model's context window: a failure of the task."""
+
+
+class LimitedProvider:
+    """Refuses prompts longer than ``window`` tokens, as the model itself would."""
+
+    def __init__(self, inner: Provider, window: int) -> None:
+        self.inner = inner
+        self.window = window
+        self.name = inner.name
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        schema: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        size = count_messages(messages)
+        if size + (max_tokens or 0) > self.window:
+            raise ContextOverflow(
+                f"prompt of {size:,} tokens (+{max_tokens or 0} for the reply) exceeds the "
+                f"{self.window:,}-token context window"
+            )
+        return self.inner.complete(messages, schema=schema, max_tokens=max_tokens)
+
+
+class OracleProvider:
+    """A "model" that follows the task's reference plan.
+
+    Its position in the plan is read from the store (decisions committed so far),
+    so a resumed run goes on where the interrupted one stopped. Its replies go
+    through the real policies: the prompts are built and counted as they would be
+    sent, which is what makes its token figures real.
+    """
+
+    def __init__(self, plan: Sequence[Action], store: Store, task_id: str) -> None:
+        self.plan = list(plan)
+        self.store = store
+        self.task_id = task_id
+        self.name = "oracle"
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        schema: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        from skillstate.llm.base import Usage
+        from skillstate.llm.tokens import count_tokens
+
+        done = sum(
+            1
+            for e in self.store.events(self.task_id)
+            if e.actor == "policy" and e.action.get("kind") not in {None, "invalid"}
+        )
+        action = self.plan[min(done, len(self.plan) - 1)]
+        text = action.model_dump_json()
+        usage = Usage(count_messages(messages), count_tokens(text), estimated=True)
+        return Completion(text=text, usage=usage, model="oracle")
+
+
+ProviderFactory = Callable[[TaskSpec, Variant, Environment, Store], Provider]
+"""Builds the provider of one run (the oracle needs the plan and the store)."""
+
+
+def oracle_factory(spec: TaskSpec, variant: Variant, env: Environment, store: Store) -> Provider:
+    plan = env.plan_skills if variant.actions == "skills" else env.plan_tools
+    return OracleProvider(plan, store, TASK_ID)
+
+
+@dataclass
+class _Run:
+    env: Environment
+    store: SQLiteStore
+    failure: str | None = None
+    stopped: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _execute(
+    spec: TaskSpec,
+    variant: Variant,
+    factory: ProviderFactory,
+    root: Path,
+    *,
+    seed: int,
+    context_window: int | None,
+    max_repairs: int,
+    stop_after: int | None = None,
+) -> _Run:
+    """Build the environment, run the task (optionally stopping and resuming)."""
+    root.mkdir(parents=True, exist_ok=True)
+    env = get_family(spec.family).build(spec, root / "env")
+    store = SQLiteStore(root / "state.db")
+    run = _Run(env=env, store=store)
+
+    def runtime(budget: int) -> Runtime:
+        provider = factory(spec, variant, env, store)
+        if context_window is not None:
+            provider = LimitedProvider(provider, context_window)
+        agent = build_agent(spec, env, variant, variant.policy(provider, max_repairs=max_repairs))
+        return Runtime(agent, store, max_steps=budget)
+
+    try:
+        first = runtime(stop_after or spec.max_steps)
+        first.start(TASK_ID, **dict(env.initial))
+        result = first.run(TASK_ID)
+        if stop_after is not None and result.stopped == "max_steps":
+            # The interruption: a new runtime, policy and provider resume from the store.
+            result = runtime(spec.max_steps).run(TASK_ID)
+        run.stopped = result.stopped
+        if result.stopped == "max_steps":
+            run.failure = "step budget"
+        elif result.stopped == "waiting_user":
+            run.failure = "asked the user (no user in the evaluation)"
+        elif result.stopped == "failed":
+            run.failure = "the policy gave up"
+    except ContextOverflow as exc:
+        run.failure = f"context overflow: {exc}"
+    except SkillstateError as exc:
+        run.failure = f"{type(exc).__name__}: {exc}"
+    return run
+
+
+def run_task(
+    spec: TaskSpec,
+    variant: Variant,
+    *,
+    seed: int,
+    factory: ProviderFactory = oracle_factory,
+    workdir: Path | None = None,
+    context_window: int | None = None,
+    max_repairs: int = 2,
+    recovery: bool = True,
+) -> TaskResult:
+    """Run ``spec`` under ``variant`` and measure it (plus recovery runs)."""
+    base = Path(workdir or tempfile.mkdtemp(prefix="skillstate-eval-"))
+    where = base / f"{spec.id}-{variant.name}-{seed}"
+    started = time.perf_counter()
+    run = _execute(
+        spec,
+        variant,
+        factory,
+        where / "run",
+        seed=seed,
+        context_window=context_window,
+        max_repairs=max_repairs,
+    )
+    result = _measure(spec, variant, seed, run)
+    if recovery and result.success:
+        plan_len = result.plan_steps
+        for point in RECOVERY_POINTS:
+            stop = max(1, math.floor(plan_len * point))
+            again = _execute(
+                spec,
+                variant,
+                factory,
+                where / f"recover-{int(point * 100)}",
+                seed=seed,
+                context_window=context_window,
+                max_repairs=max_repairs,
+                stop_after=stop,
+            )
+            measured = _measure(spec, variant, seed, again)
+            duplicated = sum(1 for name, ok in measured.checks.items() if not ok and "once" in name)
+            result.recovery.append(RecoveryResult(point, measured.success, duplicated))
+            again.store.close()
+    run.store.close()
+    result.duration_s = round(time.perf_counter() - started, 3)
+    return result
+
+
+def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResult:
+    env, store = run.env, run.store
+    plan = env.plan_skills if variant.actions == "skills" else env.plan_tools
+    result = TaskResult(
+        task_id=spec.id,
+        suite=spec.suite,
+        group=spec.group,
+        variant=variant.name,
+        seed=seed,
+        success=False,
+        failure=run.failure,
+        plan_steps=len(plan),
+    )
+    try:
+        head = store.load(TASK_ID)
+    except SkillstateError:
+        result.failure = result.failure or "the task was never created"
+        return result
+    state = build_agent(spec, env, variant, _NoPolicy()).parse_state(head.state)
+    events = store.events(TASK_ID)
+    decisions = [e for e in events if e.actor == "policy"]
+    result.steps = len(decisions)
+    result.prompt_tokens = [e.usage.prompt for e in decisions if e.usage]
+    result.completion_tokens = sum(e.usage.completion for e in decisions if e.usage)
+    result.model_calls = sum(e.usage.calls for e in decisions if e.usage)
+    result.repairs = sum(e.usage.repairs for e in decisions if e.usage)
+    checks = env.check(state)
+    result.checks = {c.name: c.ok for c in checks}
+    failed = [c for c in checks if not c.ok]
+    result.success = run.failure is None and not failed
+    if result.failure is None and failed:
+        result.failure = f"check {failed[0].name} failed: {failed[0].detail}".strip()
+    committed = sum(1 for r in state.completed_steps if r.action in {"call_skill", "finish"})
+    result.step_completion = min(1.0, committed / len(plan)) if plan else 0.0
+    result.intermediate_validity = sum(1 for c in checks if c.ok) / len(checks) if checks else 0.0
+    result.first_bad_step = _first_bad_step(decisions, env, store, variant)
+    return result
+
+
+def _first_bad_step(
+    decisions: Sequence[Any], env: Environment, store: Store, variant: Variant
+) -> int | None:
+    """The 1-based index of the first decision that went wrong, if any did."""
+    expected = list(env.expected_facts) if variant.actions == "skills" else []
+    for index, event in enumerate(decisions, 1):
+        if event.error or (event.verdict is not None and not event.verdict.ok):
+            return index
+        if index <= len(expected):
+            state = _settled(store, event.version)
+            for key, value in expected[index - 1].items():
+                if _norm(_get(state, key)) != _norm(value):
+                    return index
+    return None
+
+
+def _settled(store: Store, version: int) -> dict[str, Any]:
+    # An effect's outcome is committed right after its intent: judge the step by it.
+    head = store.load(TASK_ID).version
+    doc = store.checkpoint(TASK_ID, version).state
+    if doc.get("pending_effect") and version < head:
+        doc = store.checkpoint(TASK_ID, version + 1).state
+    return doc
+
+
+def _get(doc: dict[str, Any], dotted: str) -> Any:
+    value: Any = doc
+    for part in dotted.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _norm(value: Any) -> Any:
+    return round(value, 2) if isinstance(value, float) else value
+
+
+class _NoPolicy:
+    """Stands in for a policy where an agent is only used to parse states."""
+
+    def decide(self, view: Any) -> Action:
+        raise RuntimeError("not used")
+
+
+def task_json(result: TaskResult) -> str:
+    return json.dumps(result.as_json(), ensure_ascii=False)

@@ -1,0 +1,104 @@
+"""Tasks as data, and the family interface that turns one into a runnable agent.
+
+A :class:`TaskSpec` is plain data (it round-trips through JSON): a goal, constraints
+stated once at the start, a length group, a step budget, the parameters its family
+needs to build an environment, and what to check at the end. A *family* (one
+module per kind of task) builds, for a spec and a fresh temp directory:
+
+* the environment (files, a CSV, a SQLite database),
+* the tools (functions over that environment),
+* the state class and the skill library (for the ``skills`` variants),
+* the reference plans the oracle follows, one per action mode,
+* the final checks (on the environment and the final state, never on prose) and
+  the facts expected after each plan step (to attribute a failure to a step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from skillstate.engine.actions import Action
+from skillstate.skills.registry import SkillRegistry
+from skillstate.state.machine import StateMachine
+from skillstate.state.model import AgentState
+
+__all__ = [
+    "CheckResult",
+    "Environment",
+    "Family",
+    "Group",
+    "TaskSpec",
+    "group_of",
+]
+
+Group = Literal["short", "medium", "long"]
+
+
+def group_of(steps: int) -> Group:
+    """The length group of a task whose reference plan takes ``steps`` decisions."""
+    if steps <= 8:
+        return "short"
+    if steps <= 20:
+        return "medium"
+    return "long"
+
+
+class TaskSpec(BaseModel):
+    """One task of a suite, as data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    suite: str
+    family: str
+    """Which family module builds it (``records``, ...)."""
+    goal: str
+    constraints: tuple[str, ...] = ()
+    """Stated once, at the start; only the state view keeps showing them."""
+    max_steps: int = Field(ge=1)
+    group: Group
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Family-specific parameters (seeded values, traps, sizes)."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class Environment:
+    """Everything a family builds for one run of one task."""
+
+    root: Path
+    """The task's own temp directory (files, databases)."""
+    state_type: type[AgentState]
+    machine: StateMachine
+    tools: Mapping[str, Callable[..., Any]]
+    skills: SkillRegistry
+    """The verified skill library (used by the ``skills`` and ``skillstate`` variants)."""
+    plan_skills: Sequence[Action]
+    """The oracle's actions when the skill library is available."""
+    plan_tools: Sequence[Action]
+    """The oracle's actions with raw tools only (``call_tool``-style skills)."""
+    check: Callable[[AgentState], list[CheckResult]]
+    """Final checks on the environment and the final state."""
+    expected_facts: Sequence[Mapping[str, Any]] = field(default_factory=list)
+    """Per step of ``plan_skills``: facts that must hold after it (for attribution)."""
+    initial: Mapping[str, Any] = field(default_factory=dict)
+    """Extra fields of the task's first state."""
+
+
+class Family(Protocol):
+    """A kind of task: builds the environment of a spec in a fresh directory."""
+
+    name: str
+
+    def build(self, spec: TaskSpec, root: Path) -> Environment: ...

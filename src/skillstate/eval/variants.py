@@ -1,0 +1,183 @@
+"""The four variants of seed 004 §4.4, and how each turns a task into an agent.
+
+========== ============== =======================================
+variant    context        actions
+========== ============== =======================================
+history    full history   raw tools, no skill library
+state      state view     raw tools
+skills     full history   the family's verified skill library
+skillstate state view     the family's verified skill library
+========== ============== =======================================
+
+Same model, tasks, tools and seeds; only these two axes differ. *Raw tools* means
+each tool is offered as it is: a thin ``tool_<name>`` action with the tool's own
+parameters that calls it and records its result (in ``facts[<name>]``, the full
+output as evidence), plus ``remember(key, value)`` for the model's own notes.
+These wrappers check only that the call went through and its result was
+recorded: domain checks are exactly what the raw-tools variants do without.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from skillstate.engine.agent import Agent
+from skillstate.engine.policy import HistoryPolicy, ModelPolicy, Policy, StatePolicy
+from skillstate.errors import UsageError
+from skillstate.eval.tasks import Environment, TaskSpec
+from skillstate.llm.base import Provider
+from skillstate.skills.registry import SkillRegistry
+from skillstate.skills.skill import Outcome, Skill, SkillContext, Verdict
+from skillstate.state.machine import StateMachine
+from skillstate.state.model import AgentState
+
+__all__ = ["VARIANTS", "Variant", "build_agent", "parse_variants", "tool_skills"]
+
+RESULT_CHARS = 4000
+"""How much of a raw tool result goes into the state (the rest stays in the artifact)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    context: Literal["state", "history"]
+    actions: Literal["tools", "skills"]
+
+    def policy(self, provider: Provider, *, max_repairs: int = 2) -> ModelPolicy:
+        if self.context == "state":
+            return StatePolicy(provider, max_repairs=max_repairs)
+        return HistoryPolicy(provider, max_repairs=max_repairs)
+
+
+VARIANTS: dict[str, Variant] = {
+    "history": Variant("history", "history", "tools"),
+    "state": Variant("state", "state", "tools"),
+    "skills": Variant("skills", "history", "skills"),
+    "skillstate": Variant("skillstate", "state", "skills"),
+}
+
+
+def parse_variants(text: str) -> list[Variant]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown or not names:
+        raise UsageError(
+            f"unknown variant(s) {', '.join(unknown) or '(none)'}; choose from: "
+            + ", ".join(VARIANTS)
+        )
+    return [VARIANTS[n] for n in names]
+
+
+# The raw-tools agents all use this machine: work, then finish.
+TOOLS_MACHINE = StateMachine(
+    {"init": ["working", "done"], "working": ["working", "done"], "done": []}, initial="init"
+)
+
+
+class Remember(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    value: Any = None
+
+
+def tool_skills(tools: Mapping[str, Callable[..., Any]]) -> SkillRegistry:
+    """Every tool as a thin ``tool_<name>`` skill, plus ``remember``."""
+    registry = SkillRegistry()
+    for name, fn in tools.items():
+        registry.register(_wrap(name, fn))
+
+    @registry.skill(outputs=["facts"], step="working")
+    def remember(state: AgentState, params: Remember, ctx: SkillContext) -> Outcome:
+        """Write a note into the state's facts."""
+        return Outcome(
+            writes={f"facts.{params.key}": params.value},
+            summary=f"noted {params.key}",
+            value=params.value,
+        )
+
+    @remember.verifier
+    def _noted(state: AgentState, outcome: Outcome) -> Verdict:
+        key = next(iter(outcome.writes)).split(".", 1)[1]
+        if state.facts.get(key) != outcome.value:
+            return Verdict.failed(f"fact {key!r} was not recorded")
+        return Verdict.passed()
+
+    return registry
+
+
+def _wrap(name: str, fn: Callable[..., Any]) -> Skill[Any, Any]:
+    params = _params_model(name, fn)
+
+    def run(state: AgentState, args: BaseModel, ctx: SkillContext) -> Outcome:
+        result = ctx.call(name, **args.model_dump())
+        text = result if isinstance(result, str) else json.dumps(result, default=str)
+        shown = text if len(text) <= RESULT_CHARS else text[:RESULT_CHARS] + "…"
+        return Outcome(
+            writes={f"facts.{name}": shown},
+            summary=f"{name} returned {len(text)} chars",
+            evidence=[ctx.evidence(f"{name}({_short_args(args)})")],
+            value=shown,
+        )
+
+    def verify(state: AgentState, outcome: Outcome) -> Verdict:
+        # No domain check here on purpose (see the module docstring): only that the
+        # call returned and its result reached the state.
+        if state.facts.get(name) != outcome.value:
+            return Verdict.failed(f"the result of {name} was not recorded")
+        return Verdict.passed()
+
+    description = (inspect.getdoc(fn) or name).splitlines()[0]
+    return Skill(
+        run,
+        name=f"tool_{name}",
+        description=f"call the {name} tool: {description}",
+        params=params,
+        outputs=["facts"],
+        tools=[name],
+        step="working",
+        verify=verify,
+    )
+
+
+def _params_model(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = param.annotation if param.annotation is not param.empty else Any
+        default = param.default if param.default is not param.empty else ...
+        fields[param.name] = (annotation, default)
+    model: type[BaseModel] = create_model(
+        f"{name.title().replace('_', '')}Args", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model
+
+
+def _short_args(args: BaseModel) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in args.model_dump().items())
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def build_agent(spec: TaskSpec, env: Environment, variant: Variant, policy: Policy) -> Agent:
+    """The agent that runs ``spec`` in ``env`` under ``variant``."""
+    if variant.actions == "skills":
+        skills, machine = env.skills, env.machine
+    else:
+        skills, machine = tool_skills(env.tools), TOOLS_MACHINE
+    return Agent(
+        name=f"{spec.family}-{variant.name}",
+        description=spec.goal,
+        state_type=env.state_type,
+        machine=machine,
+        skills=skills,
+        policy=policy,
+        tools=dict(env.tools),
+        goal=spec.goal,
+        constraints=spec.constraints,
+    )
