@@ -269,3 +269,31 @@ def test_edit_refuses_to_overwrite_a_concurrent_commit(
     assert code == 3, out + err
     assert "another writer committed first" in err
     assert head_state(ledger_task, "L")["target"] == 6
+
+
+def test_replay_shows_the_timeline(tmp_path: Path, ledger_task: str) -> None:
+    """replay lists every step with its state changes; a clean task has no bad step."""
+    code, out, err = run_cli(tmp_path, "replay", "L", "--store", ledger_task, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["first_bad_step"] is None
+    assert len(data["steps"]) == head_state(ledger_task, "L")["version"]
+    changed = [s for s in data["steps"][1:] if "appended" in s["changes"]]
+    assert [s["changes"]["appended"]["after"] for s in changed] == [1, 2, 3, 4, 5]
+
+
+def test_replay_names_the_first_bad_step(tmp_path: Path) -> None:
+    """A vague priority ("asap!!") fails the ticket's verify: replay names that step."""
+    store = store_url(tmp_path)
+    replies = ["-i", "The VPN keeps dropping", "-i", "asap!!", "-i", "P1"]
+    code, _, err = run_cli(
+        tmp_path, "demo", "ticket", "--task-id", "T", *replies, "-q", "--store", store
+    )
+    assert code == 0, err
+    code, out, err = run_cli(tmp_path, "replay", "T", "--store", store, "--json")
+    data = json.loads(out)
+    bad = next(s for s in data["steps"] if s["version"] == data["first_bad_step"])
+    assert bad["verdict"].startswith("failed")
+    code, out, _ = run_cli(tmp_path, "replay", "T", "--store", store)
+    assert code == 0
+    assert f"first bad step: v{data['first_bad_step']}" in out

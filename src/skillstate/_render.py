@@ -15,6 +15,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from skillstate.bench.tokens import Report as TokenReport
     from skillstate.engine.doctor import DoctorReport
+    from skillstate.engine.replay import Step as TimelineStep
     from skillstate.engine.runtime import StepReport
     from skillstate.engine.transcript import DecisionTokens
     from skillstate.events import Event
@@ -230,3 +231,34 @@ def print_token_bench(report: TokenReport) -> None:
             f"step {report.steps} vs step 10: state prompt {state_drift:+.1%}, "
             f"history prompt x{history_growth:.1f}"
         )
+
+
+def print_timeline(steps: Sequence[TimelineStep], first_bad: int | None) -> None:
+    table = Table(title="timeline")
+    for col in ("v", "by", "step", "verdict", "state before → after"):
+        table.add_column(col)
+    for step in steps:
+        lines = [
+            f"{key}: {_brief(before)} → {_brief(after)}"
+            for key, (before, after) in step.changes.items()
+        ]
+        marker = "[red]✗[/] " if step.version == first_bad else ""
+        table.add_row(
+            marker + str(step.version),
+            step.actor,
+            escape(step.label),
+            escape(step.verdict or ("error: " + step.error if step.error else "-")),
+            escape("\n".join(lines)) or "-",
+        )
+    console.print(table)
+    if first_bad is None:
+        console.print("[green]no step failed its verify or logged an error[/]")
+    else:
+        bad = next(s for s in steps if s.version == first_bad)
+        reason = bad.error or bad.verdict or ""
+        console.print(f"[red]first bad step[/]: v{first_bad} {escape(bad.label)}: {escape(reason)}")
+
+
+def _brief(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"

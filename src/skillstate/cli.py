@@ -582,6 +582,22 @@ def view(task_id: TaskArg, store: StoreOpt = None) -> None:
     console.print(f"[dim]{rendered.tokens} tokens ({rendered.tokenizer})[/]")
 
 
+@app.command(name="replay")
+def replay_(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """The timeline of a task: each step with the state before and after it, and the
+    first step that went wrong (a failed verify or an error)."""
+    from skillstate.engine.replay import timeline
+
+    steps, first_bad = timeline(_store(store), task_id)
+    if as_json:
+        rows = [step.as_json() for step in steps]
+        typer.echo(json.dumps({"steps": rows, "first_bad_step": first_bad}, indent=2))
+        return
+    from skillstate._render import print_timeline
+
+    print_timeline(steps, first_bad)
+
+
 @app.command()
 def checkpoints(task_id: TaskArg, store: StoreOpt = None) -> None:
     """Every committed version of a task."""
