@@ -123,7 +123,7 @@ def decision_schema(
         _branch(
             {
                 "kind": {"const": "ask_user"},
-                "question": {"type": "string", "minLength": 1},
+                "question": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
                 "next_step": steps,
             },
             required=("kind", "question"),
@@ -131,7 +131,11 @@ def decision_schema(
     )
     branches.append(
         _branch(
-            {"kind": {"const": "finish"}, "summary": {"type": "string"}, "next_step": steps},
+            {
+                "kind": {"const": "finish"},
+                "summary": {"type": "string", "maxLength": TEXT_CHARS},
+                "next_step": steps,
+            },
             required=("kind",),
         )
     )
@@ -141,10 +145,16 @@ def decision_schema(
     return document
 
 
+REASON_CHARS = 200
+"""Free text in an action is bounded: a small model under a grammar otherwise runs
+on until ``max_tokens`` and the cut-off reply is not JSON."""
+TEXT_CHARS = 500
+
+
 def _branch(properties: dict[str, Any], *, required: Sequence[str]) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"reason": {"type": "string"}, **properties},
+        "properties": {"reason": {"type": "string", "maxLength": REASON_CHARS}, **properties},
         "required": ["reason", *required],
         "additionalProperties": False,
     }
