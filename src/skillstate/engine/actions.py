@@ -104,7 +104,7 @@ def decision_schema(
     defs: dict[str, Any] = {}
     branches: list[dict[str, Any]] = []
     for name, model in params.items():
-        schema = model.model_json_schema(ref_template=f"#/$defs/{name}__{{model}}")
+        schema = _bounded(model.model_json_schema(ref_template=f"#/$defs/{name}__{{model}}"))
         for key, value in schema.pop("$defs", {}).items():
             defs[f"{name}__{key}"] = value
         schema.pop("title", None)
@@ -149,6 +149,18 @@ REASON_CHARS = 200
 """Free text in an action is bounded: a small model under a grammar otherwise runs
 on until ``max_tokens`` and the cut-off reply is not JSON."""
 TEXT_CHARS = 500
+
+
+def _bounded(schema: Any) -> Any:
+    """``schema`` with every unbounded string given ``maxLength`` (see REASON_CHARS)."""
+    if isinstance(schema, list):
+        return [_bounded(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _bounded(value) for key, value in schema.items()}
+    if out.get("type") == "string" and "maxLength" not in out and "enum" not in out:
+        out["maxLength"] = TEXT_CHARS
+    return out
 
 
 def _branch(properties: dict[str, Any], *, required: Sequence[str]) -> dict[str, Any]:

@@ -107,7 +107,7 @@ class ModelPolicy:
         *,
         max_repairs: int = 2,
         system: str | None = None,
-        max_tokens: int | None = 512,
+        max_tokens: int | None = 256,
     ) -> None:
         if max_repairs < 0:
             raise UsageError("max_repairs must be >= 0")
@@ -202,7 +202,7 @@ class WindowPolicy(ModelPolicy):
         *,
         max_repairs: int = 2,
         system: str | None = None,
-        max_tokens: int | None = 512,
+        max_tokens: int | None = 256,
     ) -> None:
         if n < 1:
             raise UsageError("window size must be >= 1")
