@@ -20,6 +20,7 @@ backend mirrors :func:`take_snapshot` in its Lua script.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,9 +35,12 @@ from skillstate.state.diff import JsonDocument
 from skillstate.store.base import CheckpointInfo, Lease, check_commit
 
 __all__ = [
+    "COMPRESS_FROM",
     "DEFAULT_MAX_CHAIN",
     "EncodedCommit",
     "Row",
+    "compress",
+    "decompress",
     "dumps",
     "encode_commit",
     "lease_expired",
@@ -50,6 +54,25 @@ __all__ = [
 DEFAULT_MAX_CHAIN = 500
 """At most this many deltas follow a snapshot: bounds the replay of an old version
 (about 5 ms) without making a growing state pay for frequent full copies."""
+
+
+COMPRESS_FROM = 768
+"""Stored bodies (snapshots, patches, events) at least this many characters long are
+zlib-compressed by the backends that store bytes. Agent text compresses about 3×;
+below this size zlib costs more time per commit than the bytes are worth."""
+
+
+def compress(text: str) -> bytes:
+    """zlib level 1: on the commit path, speed matters more than the last few percent."""
+    return zlib.compress(text.encode(), 1)
+
+
+def decompress(task_id: str, version: int | None, data: bytes) -> str:
+    """The text of a compressed body; a body that does not decompress is corrupted."""
+    try:
+        return zlib.decompress(data).decode()
+    except (zlib.error, UnicodeDecodeError) as exc:
+        raise StateCorrupted(task_id, version, f"stored body does not decompress ({exc})") from exc
 
 
 def dumps(value: Any) -> str:

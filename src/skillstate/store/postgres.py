@@ -60,6 +60,7 @@ from skillstate.errors import (
 from skillstate.events import Event
 from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
 from skillstate.store.chain import (
+    COMPRESS_FROM,
     DEFAULT_MAX_CHAIN,
     Row,
     encode_commit,
@@ -85,7 +86,7 @@ _MAX_IDENTIFIER_BYTES = 63
 _CONNECT_TIMEOUT = 10
 """Seconds to wait for the server when the URL sets no ``connect_timeout``."""
 
-_COMPRESS_FROM = 768
+_COMPRESS_FROM = COMPRESS_FROM  # the rule every store shares (store.chain)
 """Snapshots, patches and events at least this many characters long are stored
 zlib-compressed (the SQLite store's threshold)."""
 

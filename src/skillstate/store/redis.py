@@ -66,6 +66,7 @@ from skillstate.errors import (
 from skillstate.events import Event, utcnow
 from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
 from skillstate.store.chain import (
+    COMPRESS_FROM,
     DEFAULT_MAX_CHAIN,
     Row,
     encode_commit,
@@ -92,7 +93,7 @@ _PRUNE_ATTEMPTS = 100
 _CHUNK = 1000
 """Fields per HMGET/HDEL, so a long task never becomes one giant command."""
 
-_COMPRESS_FROM = 768
+_COMPRESS_FROM = COMPRESS_FROM  # the rule every store shares (store.chain)
 """Bodies at least this many characters long are stored compressed (the SQLite store's
 threshold: below it zlib costs more time per commit than the bytes are worth)."""
 

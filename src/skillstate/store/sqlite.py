@@ -20,7 +20,6 @@ import os
 import sqlite3
 import threading
 import time
-import zlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -38,8 +37,11 @@ from skillstate.errors import (
 from skillstate.events import Event, utcnow
 from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
 from skillstate.store.chain import (
+    COMPRESS_FROM,
     DEFAULT_MAX_CHAIN,
     Row,
+    compress,
+    decompress,
     encode_commit,
     lease_expired,
     load_document,
@@ -121,10 +123,6 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         """,
     ),
 )
-
-_COMPRESS_FROM = 768
-"""Bodies at least this long are stored compressed (agent text compresses ~3x). Below
-it, zlib costs more time per commit than the bytes are worth."""
 
 _WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
 """Checkpoint the WAL in the background once it is this large."""
@@ -252,7 +250,12 @@ class SQLiteStore:
         if version == head.version:
             return head
         rows = [
-            Row(v, _unpack(snapshot), _unpack(patch), datetime.fromisoformat(created))
+            Row(
+                v,
+                _unpack(task_id, v, snapshot),
+                _unpack(task_id, v, patch),
+                datetime.fromisoformat(created),
+            )
             for v, snapshot, patch, created in self._all(
                 "SELECT version, snapshot, patch, created_at FROM versions "
                 "WHERE task_id = ? AND kept AND version <= ? AND version >= (SELECT MAX(version) "
@@ -287,12 +290,16 @@ class SQLiteStore:
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
         rows = self._all(
-            "SELECT event, patch FROM versions WHERE task_id = ? AND version > ? ORDER BY version",
+            "SELECT version, event, patch FROM versions "
+            "WHERE task_id = ? AND version > ? ORDER BY version",
             (task_id, since),
         )
         if not rows:
             self.load(task_id)
-        return [restore_event(task_id, _unpack(text) or "", _unpack(patch)) for text, patch in rows]
+        return [
+            restore_event(task_id, _unpack(task_id, v, text) or "", _unpack(task_id, v, patch))
+            for v, text, patch in rows
+        ]
 
     def tasks(self) -> list[str]:
         return [row[0] for row in self._all("SELECT task_id FROM tasks ORDER BY task_id", ())]
@@ -406,14 +413,15 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
 
 
 def _pack(text: str | None) -> str | bytes | None:
-    if text is None or len(text) < _COMPRESS_FROM:
+    # Long bodies as BLOB, short ones as TEXT: the column's type says which.
+    if text is None or len(text) < COMPRESS_FROM:
         return text
-    return zlib.compress(text.encode(), 1)
+    return compress(text)
 
 
-def _unpack(value: str | bytes | None) -> str | None:
+def _unpack(task_id: str, version: int, value: str | bytes | None) -> str | None:
     if isinstance(value, bytes):
-        return zlib.decompress(value).decode()
+        return decompress(task_id, version, value)
     return value
 
 
