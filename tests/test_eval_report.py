@@ -321,8 +321,8 @@ def test_report_markdown_has_the_tables_and_failures(tmp_path: Path) -> None:
     assert "| history | 6 | 0.50 ± 0.24 |" in text
     assert "| medium | 0.50 ± 0.71 (n=2) |" in text
     assert "| skillstate | 4 | 0.83 ± 0.24 | 0.5 ± 0.7 |" in text
-    assert "| t-long | long | history | 1 | context overflow | 4 |" in text
-    assert "| t-medium | medium | history | 2 | check ledger_balanced failed | 2 |" in text
+    assert "| t-long | long | history | 1 | context overflow | decision 4 |" in text
+    assert "| t-medium | medium | history | 2 | check ledger_balanced failed | decision 2 |" in text
     assert "| t-long | long | skillstate | 2 | step budget | — |" in text
     assert "![" not in text  # no plots were drawn, so none are linked
 

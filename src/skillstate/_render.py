@@ -15,6 +15,7 @@ from rich.text import Text
 if TYPE_CHECKING:
     from skillstate.bench.tokens import Report as TokenReport
     from skillstate.engine.doctor import DoctorReport
+    from skillstate.engine.replay import Attribution
     from skillstate.engine.replay import Step as TimelineStep
     from skillstate.engine.runtime import StepReport
     from skillstate.engine.transcript import DecisionTokens
@@ -233,18 +234,20 @@ def print_token_bench(report: TokenReport) -> None:
         )
 
 
-def print_timeline(steps: Sequence[TimelineStep], first_bad: int | None) -> None:
+def print_timeline(steps: Sequence[TimelineStep], first_bad: Attribution | None) -> None:
     table = Table(title="timeline")
-    for col in ("v", "by", "step", "verdict", "state before → after"):
+    for col in ("v", "#", "by", "step", "verdict", "state before → after"):
         table.add_column(col)
+    bad_version = first_bad.version if first_bad else None
     for step in steps:
         lines = [
             f"{key}: {_brief(before)} → {_brief(after)}"
             for key, (before, after) in step.changes.items()
         ]
-        marker = "[red]✗[/] " if step.version == first_bad else ""
+        marker = "[red]✗[/] " if step.version == bad_version else ""
         table.add_row(
             marker + str(step.version),
+            str(step.decision) if step.decision is not None else "",
             step.actor,
             escape(step.label),
             escape(step.verdict or ("error: " + step.error if step.error else "-")),
@@ -252,11 +255,14 @@ def print_timeline(steps: Sequence[TimelineStep], first_bad: int | None) -> None
         )
     console.print(table)
     if first_bad is None:
-        console.print("[green]no step failed its verify or logged an error[/]")
-    else:
-        bad = next(s for s in steps if s.version == first_bad)
-        reason = bad.error or bad.verdict or ""
-        console.print(f"[red]first bad step[/]: v{first_bad} {escape(bad.label)}: {escape(reason)}")
+        console.print("[green]no step failed its verify, logged an error or diverged[/]")
+        return
+    where = f"v{first_bad.version}" if first_bad.version is not None else "(not committed)"
+    label = next((s.label for s in steps if s.version == first_bad.version), "")
+    decision = f" (decision {first_bad.decision})" if first_bad.decision else ""
+    console.print(
+        f"[red]first bad step[/]: {where}{decision} {escape(label)}: {escape(first_bad.reason)}"
+    )
 
 
 def _brief(value: Any, width: int = 60) -> str:

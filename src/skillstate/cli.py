@@ -16,6 +16,7 @@ import os
 import sys
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -583,19 +584,41 @@ def view(task_id: TaskArg, store: StoreOpt = None) -> None:
 
 
 @app.command(name="replay")
-def replay_(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def replay_(
+    task_id: TaskArg,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    expect: Annotated[
+        Path | None,
+        typer.Option(
+            "--expect",
+            help="Expectations JSON (facts per decision, reference effects) written by "
+            "`skillstate eval` beside each run: also name the first step that diverged.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """The timeline of a task: each step with the state before and after it, and the
-    first step that went wrong (a failed verify or an error)."""
-    from skillstate.engine.replay import timeline
+    first step that went wrong (an error, a failed verify, or with --expect a result
+    that diverged from the task's expected facts or effects)."""
+    from skillstate.engine.replay import Expectations, attribute, timeline
 
-    steps, first_bad = timeline(_store(store), task_id)
+    db = _store(store)
+    steps, _ = timeline(db, task_id)
+    expected = Expectations.load(expect) if expect is not None else None
+    found = attribute(db, task_id, expected)
     if as_json:
         rows = [step.as_json() for step in steps]
-        typer.echo(json.dumps({"steps": rows, "first_bad_step": first_bad}, indent=2))
+        payload = {
+            "steps": rows,
+            "first_bad_step": found.version if found else None,
+            "first_bad": found.as_json() if found else None,
+        }
+        typer.echo(json.dumps(payload, indent=2))
         return
     from skillstate._render import print_timeline
 
-    print_timeline(steps, first_bad)
+    print_timeline(steps, found)
 
 
 @app.command()
@@ -763,7 +786,12 @@ def bench_tokens(
 
 @app.command(name="eval")
 def eval_(
-    suite: Annotated[str, typer.Option("--suite", help="Task suite: long.")] = "long",
+    suite: Annotated[
+        str,
+        typer.Option(
+            "--suite", help="Task suite: seeds, long, or a path to a suite directory/YAML file."
+        ),
+    ] = "long",
     variants: Annotated[
         str, typer.Option("--variants", help="Comma-separated: history,state,skills,skillstate.")
     ] = "history,state,skills,skillstate",
@@ -782,6 +810,10 @@ def eval_(
     ),
     tasks: Annotated[
         int | None, typer.Option("--tasks", min=1, help="Only the first N tasks of the suite.")
+    ] = None,
+    groups: Annotated[
+        str | None,
+        typer.Option("--groups", help="Only tasks of these length groups: short,medium,long."),
     ] = None,
     context_window: Annotated[
         int | None,
@@ -804,6 +836,7 @@ def eval_(
             base_url=base_url,
             out=out,
             tasks=tasks,
+            groups=groups,
             context_window=context_window,
             max_repairs=max_repairs,
             recovery=recovery,

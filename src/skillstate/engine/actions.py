@@ -88,15 +88,16 @@ def action_json_schema() -> dict[str, Any]:
 
 
 def decision_schema(
-    params: Mapping[str, type[BaseModel]], next_steps: Sequence[str]
+    params: Mapping[str, type[BaseModel]], next_steps: Sequence[str], *, can_ask: bool = True
 ) -> dict[str, Any]:
     """The response schema of one decision, built from the state it is made in.
 
     One branch per skill whose ``when`` holds now (``params`` maps each to its
     params model), so a model cannot even name a skill that does not apply, plus
-    ``ask_user`` and ``finish``. ``next_step`` is limited to the steps the machine
-    allows from here. Each skill's own ``$defs`` are hoisted under a prefix so
-    the branches can live in one document.
+    ``ask_user`` (unless ``can_ask`` is false: nobody would answer) and ``finish``.
+    ``next_step`` is limited to the steps the machine allows from here. Each
+    skill's own ``$defs`` are hoisted under a prefix so the branches can live in
+    one document.
     """
     steps: dict[str, Any] = {"anyOf": [{"enum": list(next_steps)}, {"type": "null"}]}
     if not next_steps:
@@ -119,16 +120,17 @@ def decision_schema(
                 required=("kind", "skill", "params"),
             )
         )
-    branches.append(
-        _branch(
-            {
-                "kind": {"const": "ask_user"},
-                "question": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
-                "next_step": steps,
-            },
-            required=("kind", "question"),
+    if can_ask:
+        branches.append(
+            _branch(
+                {
+                    "kind": {"const": "ask_user"},
+                    "question": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
+                    "next_step": steps,
+                },
+                required=("kind", "question"),
+            )
         )
-    )
     branches.append(
         _branch(
             {
@@ -176,6 +178,8 @@ def validate_decision(
     reply: str | Mapping[str, Any],
     params: Mapping[str, type[BaseModel]],
     next_steps: Sequence[str],
+    *,
+    can_ask: bool = True,
 ) -> Action:
     """A model's reply as an :data:`Action`, or ``ActionRejected`` saying what is wrong.
 
@@ -202,6 +206,10 @@ def validate_decision(
     if data.get("kind") == "fail":
         raise ActionRejected("'fail' is not available: call a skill, ask the user, or finish")
     action = parse_action(data)
+    if isinstance(action, AskUser) and not can_ask:
+        raise ActionRejected(
+            "'ask_user' is not available (nobody will answer): call a skill or finish"
+        )
     if isinstance(action, CallSkill):
         model = params.get(action.skill)
         if model is None:

@@ -49,6 +49,10 @@ class Agent:
     """``module:attr`` this agent is importable as (filled in by :func:`load_agent`)."""
     view_budget: int | None = None
     """Token budget for the prompt view; ``None`` renders it whole."""
+    can_ask: bool = True
+    """Whether the policy may ask the user. Off for unattended runs (an evaluation,
+    a batch job): the action is then not offered at all, so a model cannot stall
+    the task on a question nobody will answer."""
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -113,6 +117,7 @@ class Agent:
             budget=self.view_budget,
             agent_name=self.name,
             agent_description=self.description,
+            can_ask=self.can_ask,
         )
 
 

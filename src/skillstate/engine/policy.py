@@ -86,11 +86,15 @@ SYSTEM_PROMPT = """\
 You decide the next action of one task of the {agent} agent. {description}
 Each turn, reply with exactly one JSON object and nothing else:
 - {{"kind": "call_skill", "skill": NAME, "params": {{...}}, "reason": WHY}} to run a skill,
-- {{"kind": "ask_user", "question": TEXT, "reason": WHY}} when only the user can answer,
-- {{"kind": "finish", "summary": TEXT, "reason": WHY}} when the goal is met.
+{ask}- {{"kind": "finish", "summary": TEXT, "reason": WHY}} when the goal is met.
 Only skills that apply now may be called. Add "next_step": STEP to move the task on.
 Skills:
 {skills}"""
+
+
+ASK_LINE = (
+    '- {"kind": "ask_user", "question": TEXT, "reason": WHY} when only the user can answer,\n'
+)
 
 
 class ModelPolicy:
@@ -121,8 +125,9 @@ class ModelPolicy:
             return self._system
         agent = view.agent_name or "task"
         lines = [f"- {name}: {desc}" for name, desc in view.skill_catalog] or ["- (none)"]
+        ask = ASK_LINE if view.can_ask else ""
         return SYSTEM_PROMPT.format(
-            agent=agent, description=view.agent_description, skills="\n".join(lines)
+            agent=agent, description=view.agent_description, skills="\n".join(lines), ask=ask
         ).strip()
 
     def messages(self, view: View) -> list[Message]:
@@ -138,7 +143,9 @@ class ModelPolicy:
             completion = self.provider.complete(messages, schema=schema, max_tokens=self.max_tokens)
             usage = usage + completion.usage
             try:
-                action = validate_decision(completion.text, view.params, view.next_steps)
+                action = validate_decision(
+                    completion.text, view.params, view.next_steps, can_ask=view.can_ask
+                )
             except ActionRejected as exc:
                 error = str(exc)
                 messages = [

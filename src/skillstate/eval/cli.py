@@ -12,9 +12,11 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from skillstate._render import console
+from skillstate.errors import UsageError
 from skillstate.eval.results import TaskResult
 from skillstate.eval.runner import ProviderFactory, oracle_factory, run_task
 from skillstate.eval.suites import load_suite
+from skillstate.eval.tasks import GROUPS, TaskSpec
 from skillstate.eval.variants import parse_variants
 
 __all__ = ["run_eval"]
@@ -29,6 +31,7 @@ def run_eval(
     base_url: str | None,
     out: str,
     tasks: int | None,
+    groups: str | None = None,
     context_window: int | None,
     max_repairs: int,
     recovery: bool,
@@ -36,14 +39,24 @@ def run_eval(
 ) -> int:
     """Run and report; returns the exit code (0: the run completed, whatever it measured)."""
     chosen = parse_variants(variants)
-    specs = load_suite(suite, 0)
-    if tasks is not None:
-        specs = specs[:tasks]
+    wanted = _parse_groups(groups)
+
+    def suite_for(seed: int) -> list[TaskSpec]:
+        # A generated suite gives new tasks per seed; a suite of fixed tasks the same ones.
+        specs = [s for s in load_suite(suite, seed) if wanted is None or s.group in wanted]
+        return specs[:tasks] if tasks is not None else specs
+
+    per_seed = {seed: suite_for(seed) for seed in range(seeds)}
+    if not any(per_seed.values()):
+        raise UsageError(f"suite {suite!r} has no tasks in group(s) {groups}")
     factory: ProviderFactory = oracle_factory
     if model != "oracle":
         from skillstate.llm import open_provider
 
         provider = open_provider(model, base_url=base_url)
+        if context_window is None:
+            # The model's own window (counted with our tokenizer: an approximation).
+            context_window = getattr(provider, "n_ctx", None)
 
         def shared(*_: object) -> object:
             return provider
@@ -55,7 +68,7 @@ def run_eval(
     started = time.perf_counter()
     results: list[TaskResult] = []
     orders: dict[int, list[str]] = {}
-    total = len(specs) * len(chosen) * seeds
+    total = sum(len(specs) for specs in per_seed.values()) * len(chosen)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -65,7 +78,7 @@ def run_eval(
     with Progress(*columns, console=console, transient=False) as progress:
         bar = progress.add_task("eval", total=total)
         for seed in range(seeds):
-            order = list(specs)
+            order = list(per_seed[seed])
             random.Random(seed).shuffle(order)  # task order shuffled per seed, and recorded
             orders[seed] = [s.id for s in order]
             for spec in order:
@@ -113,3 +126,16 @@ def run_eval(
         )
     console.print(f"report: {paths.markdown} (json, plots beside it)")
     return 0
+
+
+def _parse_groups(text: str | None) -> set[str] | None:
+    if text is None:
+        return None
+    names = {n.strip() for n in text.split(",") if n.strip()}
+    unknown = names - set(GROUPS)
+    if unknown or not names:
+        raise UsageError(
+            f"unknown length group(s) {', '.join(sorted(unknown)) or '(none)'}; "
+            f"choose from: {', '.join(GROUPS)}"
+        )
+    return names

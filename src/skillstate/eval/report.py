@@ -169,6 +169,13 @@ def _sorted_runs(results: Sequence[TaskResult]) -> list[TaskResult]:
     )
 
 
+def _first_bad(run: TaskResult) -> str:
+    if run.first_bad_step is None:
+        return "—"
+    reason = f": {run.first_bad_reason}" if run.first_bad_reason else ""
+    return f"decision {run.first_bad_step}{reason}"
+
+
 def _cell(text: object) -> str:
     """Text made safe for a Markdown table cell (no pipes, no line breaks)."""
     return " ".join(str(text).split()).replace("|", "\\|")
@@ -349,11 +356,18 @@ def _markdown(
                     run.variant,
                     str(run.seed),
                     run.failure or "(no reason recorded)",
-                    "—" if run.first_bad_step is None else str(run.first_bad_step),
+                    _first_bad(run),
                 ]
                 for run in failures
             ],
         )
+        lines += [
+            "Each run's timeline, with the same attribution: "
+            "`skillstate replay task --store sqlite:///DIR/runs/<task>-<variant>-<seed>/run/"
+            "state.db --expect DIR/runs/<task>-<variant>-<seed>/run/expected.json` "
+            "(`report.json` has the exact command per run).",
+            "",
+        ]
 
     if with_plots:
         lines += [

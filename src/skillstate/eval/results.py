@@ -33,8 +33,13 @@ class TaskResult:
     failure: str | None = None
     """Why not: the first failed check, ``context overflow``, ``step budget``, an error."""
     first_bad_step: int | None = None
-    """1-based index of the first decision whose verify failed or whose result diverged
-    from the expected facts (``None`` when nothing went wrong or it cannot be told)."""
+    """1-based index of the first decision that errored, failed its verify or diverged
+    from the task's expected facts or effects (see :func:`skillstate.engine.replay.attribute`);
+    every failed run has one, ``None`` means nothing went wrong."""
+    first_bad_reason: str | None = None
+    """Why that step was bad, in one line."""
+    replay: str | None = None
+    """The command that shows this run's timeline with the same attribution."""
     steps: int = 0
     """Decisions taken."""
     plan_steps: int = 0

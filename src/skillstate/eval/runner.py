@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillstate.engine.actions import Action
+from skillstate.engine.actions import Action, CallSkill
+from skillstate.engine.replay import Expectations, attribute
 from skillstate.engine.runtime import Runtime
 from skillstate.errors import ProviderError, SkillstateError
 from skillstate.eval.families import get_family
@@ -44,6 +45,7 @@ __all__ = [
 
 RECOVERY_POINTS = (0.25, 0.5, 0.75)
 TASK_ID = "task"
+EXPECTED = "expected.json"
 
 
 class ContextOverflow(ProviderError):
@@ -123,6 +125,7 @@ def oracle_factory(spec: TaskSpec, variant: Variant, env: Environment, store: St
 class _Run:
     env: Environment
     store: SQLiteStore
+    root: Path
     failure: str | None = None
     stopped: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -143,7 +146,11 @@ def _execute(
     root.mkdir(parents=True, exist_ok=True)
     env = get_family(spec.family).build(spec, root / "env")
     store = SQLiteStore(root / "state.db")
-    run = _Run(env=env, store=store)
+    run = _Run(env=env, store=store, root=root)
+    # Beside the store, so `skillstate replay --expect` attributes as the report did.
+    (root / EXPECTED).write_text(
+        json.dumps(expectations(env, variant).as_json(), indent=1), encoding="utf-8"
+    )
 
     def runtime(budget: int) -> Runtime:
         provider = factory(spec, variant, env, store)
@@ -256,46 +263,28 @@ def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResu
     committed = sum(1 for r in state.completed_steps if r.action in {"call_skill", "finish"})
     result.step_completion = min(1.0, committed / len(plan)) if plan else 0.0
     result.intermediate_validity = sum(1 for c in checks if c.ok) / len(checks) if checks else 0.0
-    result.first_bad_step = _first_bad_step(decisions, env, store, variant)
+    found = attribute(store, TASK_ID, expectations(env, variant), failure=result.failure)
+    if found is not None:
+        result.first_bad_step = found.decision
+        result.first_bad_reason = found.reason
+    result.replay = (
+        f"skillstate replay {TASK_ID} --store sqlite:///{run.root / 'state.db'} "
+        f"--expect {run.root / EXPECTED}"
+    )
     return result
 
 
-def _first_bad_step(
-    decisions: Sequence[Any], env: Environment, store: Store, variant: Variant
-) -> int | None:
-    """The 1-based index of the first decision that went wrong, if any did."""
-    expected = list(env.expected_facts) if variant.actions == "skills" else []
-    for index, event in enumerate(decisions, 1):
-        if event.error or (event.verdict is not None and not event.verdict.ok):
-            return index
-        if index <= len(expected):
-            state = _settled(store, event.version)
-            for key, value in expected[index - 1].items():
-                if _norm(_get(state, key)) != _norm(value):
-                    return index
-    return None
-
-
-def _settled(store: Store, version: int) -> dict[str, Any]:
-    # An effect's outcome is committed right after its intent: judge the step by it.
-    head = store.load(TASK_ID).version
-    doc = store.checkpoint(TASK_ID, version).state
-    if doc.get("pending_effect") and version < head:
-        doc = store.checkpoint(TASK_ID, version + 1).state
-    return doc
-
-
-def _get(doc: dict[str, Any], dotted: str) -> Any:
-    value: Any = doc
-    for part in dotted.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
-
-
-def _norm(value: Any) -> Any:
-    return round(value, 2) if isinstance(value, float) else value
+def expectations(env: Environment, variant: Variant) -> Expectations:
+    """What the run of ``variant`` is expected to do, for attribution (see replay)."""
+    if variant.actions == "skills":
+        return Expectations(facts=list(env.expected_facts))
+    skills = frozenset(f"tool_{name}" for name in env.effect_tools)
+    effects = [
+        (a.skill, dict(a.params))
+        for a in env.plan_tools
+        if isinstance(a, CallSkill) and a.skill in skills
+    ]
+    return Expectations(effects=effects, effect_skills=skills)
 
 
 class _NoPolicy:

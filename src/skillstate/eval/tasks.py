@@ -28,6 +28,7 @@ from skillstate.state.machine import StateMachine
 from skillstate.state.model import AgentState
 
 __all__ = [
+    "GROUPS",
     "CheckResult",
     "Environment",
     "Family",
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 Group = Literal["short", "medium", "long"]
+GROUPS: tuple[Group, ...] = ("short", "medium", "long")
 
 
 def group_of(steps: int) -> Group:
@@ -94,6 +96,10 @@ class Environment:
     """Per step of ``plan_skills``: facts that must hold after it (for attribution)."""
     initial: Mapping[str, Any] = field(default_factory=dict)
     """Extra fields of the task's first state."""
+    effect_tools: frozenset[str] = frozenset()
+    """Tools that change the environment (write a file, update a row). Attribution in
+    the raw-tools variants compares their calls, in order, with ``plan_tools``'s: the
+    first decision whose effect differs from the reference one is the first bad step."""
 
 
 class Family(Protocol):

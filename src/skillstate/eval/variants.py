@@ -180,4 +180,5 @@ def build_agent(spec: TaskSpec, env: Environment, variant: Variant, policy: Poli
         tools=dict(env.tools),
         goal=spec.goal,
         constraints=spec.constraints,
+        can_ask=False,  # nobody answers during an evaluation
     )

@@ -57,6 +57,8 @@ class View:
     """Every skill of the agent as ``(signature, description)``: what a system prompt lists."""
     params: Mapping[str, type[BaseModel]] = field(default_factory=dict)
     """The params model of each skill in :attr:`skills`."""
+    can_ask: bool = True
+    """Whether ``ask_user`` is offered (an unattended run has nobody to answer)."""
     transcript: Callable[[], list[Message]] | None = field(default=None, compare=False)
     """The task's conversation so far, as a history-driven agent would hold it (every
     user message, decision and full tool output). Set by the runtime; rebuilt from
@@ -72,7 +74,7 @@ class View:
         """The response schema of this decision (see :func:`decision_schema`)."""
         from skillstate.engine.actions import decision_schema
 
-        return decision_schema(self.params, self.next_steps)
+        return decision_schema(self.params, self.next_steps, can_ask=self.can_ask)
 
 
 def render_view(
@@ -83,6 +85,7 @@ def render_view(
     budget: int | None = None,
     agent_name: str = "",
     agent_description: str = "",
+    can_ask: bool = True,
 ) -> View:
     """Render ``state`` into a :class:`View`, trimmed to ``budget`` tokens if given."""
     # A finished task has nothing left to call; a skill applies when its `when` holds
@@ -126,6 +129,7 @@ def render_view(
             (f"{s.name}({', '.join(s.params.model_fields)})", s.description) for s in skills
         ),
         params={s.name: s.params for s in applicable},
+        can_ask=can_ask,
     )
 
 

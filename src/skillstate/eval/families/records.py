@@ -627,6 +627,10 @@ class RecordsFamily:
 
     name = "records"
 
+    def make_spec(self, task_id: str, *, seed: int, n: int, suite: str = "long") -> TaskSpec:
+        """What a generator suite (``generator: records``) calls for each task."""
+        return make_spec(task_id, seed=seed, n=n, suite=suite)
+
     def build(self, spec: TaskSpec, root: Path) -> Environment:
         task = _Task(dict(spec.params), root)
         task.write_files()
@@ -646,4 +650,5 @@ class RecordsFamily:
             check=task.check,
             expected_facts=facts,
             initial={"records": task.n},
+            effect_tools=frozenset({"append_ledger", "write_summary"}),
         )
