@@ -21,7 +21,7 @@ from skillstate.skills.registry import SkillRegistry
 from skillstate.state.machine import StateMachine
 from skillstate.state.migrate import chain_problems, validate_state
 from skillstate.state.model import AgentState, TaskStatus
-from skillstate.state.view import View, render_view
+from skillstate.state.view import VALUE_CHARS, View, render_view
 
 __all__ = ["Agent", "load_agent"]
 
@@ -49,6 +49,10 @@ class Agent:
     """``module:attr`` this agent is importable as (filled in by :func:`load_agent`)."""
     view_budget: int | None = None
     """Token budget for the prompt view; ``None`` renders it whole."""
+    view_value_chars: int = VALUE_CHARS
+    """How much of each field's value the view shows. The default keeps the card
+    compact; an agent whose state holds raw tool output (the harness's ``state``
+    variant) raises it so the model can read what its last call returned."""
     can_ask: bool = True
     """Whether the policy may ask the user. Off for unattended runs (an evaluation,
     a batch job): the action is then not offered at all, so a model cannot stall
@@ -118,6 +122,7 @@ class Agent:
             agent_name=self.name,
             agent_description=self.description,
             can_ask=self.can_ask,
+            value_chars=self.view_value_chars,
         )
 
 

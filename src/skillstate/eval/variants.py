@@ -36,6 +36,7 @@ from skillstate.skills.registry import SkillRegistry
 from skillstate.skills.skill import Outcome, Skill, SkillContext, Verdict
 from skillstate.state.machine import StateMachine
 from skillstate.state.model import AgentState
+from skillstate.state.view import VALUE_CHARS
 
 __all__ = ["VARIANTS", "Variant", "build_agent", "parse_variants", "tool_skills"]
 
@@ -166,10 +167,14 @@ def _short_args(args: BaseModel) -> str:
 
 def build_agent(spec: TaskSpec, env: Environment, variant: Variant, policy: Policy) -> Agent:
     """The agent that runs ``spec`` in ``env`` under ``variant``."""
+    value_chars = VALUE_CHARS
     if variant.actions == "skills":
         skills, machine = env.skills, env.machine
     else:
         skills, machine = tool_skills(env.tools), TOOLS_MACHINE
+        # With raw tools the state's facts hold each tool's latest output: the view
+        # must show it whole (up to RESULT_CHARS) or the model could not read it.
+        value_chars = RESULT_CHARS + 1
     return Agent(
         name=f"{spec.family}-{variant.name}",
         description=spec.goal,
@@ -181,4 +186,5 @@ def build_agent(spec: TaskSpec, env: Environment, variant: Variant, policy: Poli
         goal=spec.goal,
         constraints=spec.constraints,
         can_ask=False,  # nobody answers during an evaluation
+        view_value_chars=value_chars,
     )

@@ -86,6 +86,7 @@ def render_view(
     agent_name: str = "",
     agent_description: str = "",
     can_ask: bool = True,
+    value_chars: int = VALUE_CHARS,
 ) -> View:
     """Render ``state`` into a :class:`View`, trimmed to ``budget`` tokens if given."""
     # A finished task has nothing left to call; a skill applies when its `when` holds
@@ -103,7 +104,13 @@ def render_view(
 
     def build() -> str:
         return _render(
-            state, applicable, next_steps=next_steps, evidence=evidence, errors=errors, steps=steps
+            state,
+            applicable,
+            next_steps=next_steps,
+            evidence=evidence,
+            errors=errors,
+            steps=steps,
+            value_chars=value_chars,
         )
 
     text = build()
@@ -141,6 +148,7 @@ def _render(
     evidence: Sequence[Any],
     errors: Sequence[Any],
     steps: Sequence[Any],
+    value_chars: int = VALUE_CHARS,
 ) -> str:
     lines = [f"## Task {state.task_id}", f"Goal: {state.goal or '(none)'}"]
     if state.constraints:
@@ -156,7 +164,7 @@ def _render(
     lines.append(f"Completed: {done or 'none'}")
     if state.pending_steps:
         lines.append(f"Pending: {', '.join(state.pending_steps)}")
-    fields = _fields(state, applicable)
+    fields = _fields(state, applicable, value_chars)
     if fields:
         lines.append("Facts:")
         lines += [f"- {k}: {v}" for k, v in fields]
@@ -187,7 +195,9 @@ def _render(
     return "\n".join(lines)
 
 
-def _fields(state: AgentState, applicable: Sequence[Skill[Any, Any]]) -> list[tuple[str, str]]:
+def _fields(
+    state: AgentState, applicable: Sequence[Skill[Any, Any]], limit: int = VALUE_CHARS
+) -> list[tuple[str, str]]:
     """Typed custom fields and facts. If every applicable skill declares ``reads``,
     only the facts they read are shown."""
     reads: set[str] | None = None
@@ -201,11 +211,11 @@ def _fields(state: AgentState, applicable: Sequence[Skill[Any, Any]]) -> list[tu
         value = getattr(state, name)
         if value is None or (reads is not None and name not in reads):
             continue
-        out.append((name, MASK if name in hidden else _short(value)))
+        out.append((name, MASK if name in hidden else _short(value, limit)))
     for key, value in state.facts.items():
         if reads is not None and f"facts.{key}" not in reads and key not in reads:
             continue
-        out.append((key, _short(value)))
+        out.append((key, _short(value, limit)))
     return out
 
 
@@ -215,8 +225,8 @@ def _evidence_line(e: Any) -> str:
     return f"- [{e.source}] {e.summary}{ref}"
 
 
-def _short(value: Any) -> str:
+def _short(value: Any, limit: int = VALUE_CHARS) -> str:
     if hasattr(value, "model_dump"):
         value = value.model_dump(mode="json")
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
