@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from skillstate.engine.actions import Action, CallSkill, Finish
 from skillstate.eval.tasks import CheckResult, Environment, TaskSpec, group_of
@@ -542,8 +542,17 @@ def _skill_library(task: _Task) -> SkillRegistry:
     skills = SkillRegistry()
     n = task.n
 
+    # The index is bounded by this task's size, so the decision schema (and a
+    # grammar-constrained model) can only name a record that exists.
+    params = create_model(
+        "RecordParams",
+        __config__=ConfigDict(extra="forbid"),
+        i=(int, Field(ge=0, le=n - 1, description="The record to process: next_record.")),
+    )
+
     @skills.skill(
         step="processing",
+        params=params,
         outputs=["next_record", "total", "counted", "skipped"],
         reads=["next_record", "total", "counted", "skipped"],
         tools=["get_record", "append_ledger"],
