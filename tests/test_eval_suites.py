@@ -113,3 +113,34 @@ def test_eval_on_the_seeds_suite_and_its_errors(tmp_path: Path) -> None:
         assert code == 2, (args, stdout, err)
         assert message in err
         assert "Traceback" not in stdout + err
+
+
+def test_a_task_limits_the_tools_and_skills_it_may_use(tmp_path: Path) -> None:
+    """`tools:`/`skills:` limit what the variants are offered; a plan that needs more is refused."""
+    from skillstate.eval.families import build_environment
+    from skillstate.eval.variants import VARIANTS, build_agent
+
+    spec = next(s for s in load_suite("seeds") if s.family == "fix_syntax")
+    assert "write_file" in spec.tools
+    env = build_environment(
+        spec.model_copy(update={"tools": ("read_file", "replace_line", "run_tests")}),
+        tmp_path / "a",
+    )
+    agent = build_agent(spec, env, VARIANTS["history"], _no_policy())
+    assert "tool_write_file" not in agent.skills
+    assert "tool_replace_line" in agent.skills
+    for update, message in (
+        ({"tools": ("read_file",)}, "its plan needs tool"),
+        ({"tools": ("rm_rf",)}, "unknown tool"),
+        ({"skills": ("locate_error",)}, "its plan needs skill"),
+        ({"skills": ("magic",)}, "unknown skill"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            build_environment(spec.model_copy(update=update), tmp_path / "b")
+
+
+def _no_policy() -> object:
+    from skillstate.engine.actions import Finish
+    from skillstate.engine.policy import ScriptedPolicy
+
+    return ScriptedPolicy(lambda view: Finish(summary="-"))

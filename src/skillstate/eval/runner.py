@@ -27,7 +27,7 @@ from skillstate.engine.actions import Action, CallSkill
 from skillstate.engine.replay import Expectations, attribute
 from skillstate.engine.runtime import Runtime
 from skillstate.errors import ProviderError, SkillstateError
-from skillstate.eval.families import get_family
+from skillstate.eval.families import build_environment
 from skillstate.eval.results import RecoveryResult, TaskResult
 from skillstate.eval.tasks import Environment, TaskSpec
 from skillstate.eval.variants import Variant, build_agent
@@ -144,7 +144,7 @@ def _execute(
 ) -> _Run:
     """Build the environment, run the task (optionally stopping and resuming)."""
     root.mkdir(parents=True, exist_ok=True)
-    env = get_family(spec.family).build(spec, root / "env")
+    env = build_environment(spec, root / "env")
     store = SQLiteStore(root / "state.db")
     run = _Run(env=env, store=store, root=root)
     # Beside the store, so `skillstate replay --expect` attributes as the report did.

@@ -66,6 +66,10 @@ class TaskSpec(BaseModel):
     group: Group
     params: dict[str, Any] = Field(default_factory=dict)
     """Family-specific parameters (seeded values, traps, sizes)."""
+    tools: tuple[str, ...] = ()
+    """The tools the task may use (the raw-tools variants' actions); empty: all the family's."""
+    skills: tuple[str, ...] = ()
+    """The skills the task may use (the skills variants' library); empty: all the family's."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,10 @@ class Environment:
     """Per step of ``plan_skills``: facts that must hold after it (for attribution)."""
     initial: Mapping[str, Any] = field(default_factory=dict)
     """Extra fields of the task's first state."""
+    offered_tools: frozenset[str] | None = None
+    """The tools the raw-tools variants are offered (``None``: all of :attr:`tools`).
+    Skills keep every tool they declare: a tool list limits what the model may call
+    directly, not how a skill is implemented."""
     effect_tools: frozenset[str] = frozenset()
     """Tools that change the environment (write a file, update a row). Attribution in
     the raw-tools variants compares their calls, in order, with ``plan_tools``'s: the

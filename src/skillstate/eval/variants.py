@@ -171,7 +171,9 @@ def build_agent(spec: TaskSpec, env: Environment, variant: Variant, policy: Poli
     if variant.actions == "skills":
         skills, machine = env.skills, env.machine
     else:
-        skills, machine = tool_skills(env.tools), TOOLS_MACHINE
+        offered = env.offered_tools
+        raw = {k: fn for k, fn in env.tools.items() if offered is None or k in offered}
+        skills, machine = tool_skills(raw), TOOLS_MACHINE
         # With raw tools the state's facts hold each tool's latest output: the view
         # must show it whole (up to RESULT_CHARS) or the model could not read it.
         value_chars = RESULT_CHARS + 1

@@ -8,12 +8,16 @@ use, so loading one suite does not import every family.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from pathlib import Path
 
+from skillstate.engine.actions import CallSkill
 from skillstate.errors import UsageError
-from skillstate.eval.tasks import Family
+from skillstate.eval.tasks import Environment, Family, TaskSpec
+from skillstate.skills.registry import SkillRegistry
 
-__all__ = ["BUILTIN", "get_family"]
+__all__ = ["BUILTIN", "build_environment", "get_family"]
 
 BUILTIN: dict[str, str] = {
     "records": "skillstate.eval.families.records:RecordsFamily",
@@ -44,3 +48,38 @@ def get_family(name: str) -> Family:
     family: Family = target() if isinstance(target, type) else target
     _loaded[name] = family
     return family
+
+
+def build_environment(spec: TaskSpec, root: Path) -> Environment:
+    """Build ``spec``'s environment in ``root``, limited to the tools and skills it lists.
+
+    A task that names a tool or skill its family lacks, or whose reference plan
+    needs one it does not allow, is refused: the suite file is wrong, and running
+    it would only measure that.
+    """
+    env = get_family(spec.family).build(spec, root)
+    offered, skills = env.offered_tools, env.skills
+    if spec.tools:
+        unknown = set(spec.tools) - set(env.tools)
+        if unknown:
+            raise UsageError(f"task {spec.id!r}: unknown tool(s) {', '.join(sorted(unknown))}")
+        offered = frozenset(spec.tools)
+        needed = {a.skill.removeprefix("tool_") for a in env.plan_tools if isinstance(a, CallSkill)}
+        missing = needed - offered - {"remember"}
+        if missing:
+            raise UsageError(
+                f"task {spec.id!r}: its plan needs tool(s) {', '.join(sorted(missing))}"
+            )
+    if spec.skills:
+        names = {s.name for s in skills}
+        unknown = set(spec.skills) - names
+        if unknown:
+            raise UsageError(f"task {spec.id!r}: unknown skill(s) {', '.join(sorted(unknown))}")
+        needed = {a.skill for a in env.plan_skills if isinstance(a, CallSkill)}
+        missing = needed - set(spec.skills)
+        if missing:
+            raise UsageError(
+                f"task {spec.id!r}: its plan needs skill(s) {', '.join(sorted(missing))}"
+            )
+        skills = SkillRegistry([s for s in skills if s.name in spec.skills])
+    return dataclasses.replace(env, offered_tools=offered, skills=skills)
