@@ -435,3 +435,27 @@ def test_decision_failed_carries_its_cost() -> None:
     with pytest.raises(DecisionFailed) as info:
         agent.policy.decide(agent.view(agent.new_state("t")))
     assert (info.value.calls, info.value.repairs) == (2, 1)
+
+
+def test_the_reply_budget_fits_the_longest_reply_the_schema_allows() -> None:
+    """A grammar-constrained model may fill every string: max_tokens must leave room."""
+    from pydantic import BaseModel, Field
+
+    from skillstate.engine.actions import (
+        REPLY_TOKENS_MAX,
+        REPLY_TOKENS_MIN,
+        decision_schema,
+        reply_budget,
+    )
+
+    class Short(BaseModel):
+        n: int
+
+    class Long(BaseModel):
+        query: str = Field(max_length=2000)
+
+    small = reply_budget(decision_schema({"s": Short}, ["done"]))
+    large = reply_budget(decision_schema({"s": Short, "q": Long}, ["done"]))
+    assert REPLY_TOKENS_MIN <= small < large <= REPLY_TOKENS_MAX
+    # finish's summary (500 chars) + reason (200 chars) at <= 2.5 chars per token
+    assert small >= (500 + 200) / 2.5

@@ -25,6 +25,7 @@ __all__ = [
     "action_json_schema",
     "decision_schema",
     "parse_action",
+    "reply_budget",
     "validate_decision",
 ]
 
@@ -163,6 +164,41 @@ def _bounded(schema: Any) -> Any:
     if out.get("type") == "string" and "maxLength" not in out and "enum" not in out:
         out["maxLength"] = TEXT_CHARS
     return out
+
+
+REPLY_TOKENS_MIN = 256
+REPLY_TOKENS_MAX = 1024
+_CHARS_PER_TOKEN = 2.5
+"""Conservative: a small model under a grammar fills strings with odd text that
+tokenizes worse than prose (Gemma 3 270M averaged ~2.8 chars per token)."""
+
+
+def reply_budget(schema: Mapping[str, Any]) -> int:
+    """Completion tokens that fit the longest reply ``schema`` allows.
+
+    A grammar-constrained model may legally fill every string to its
+    ``maxLength``; a smaller ``max_tokens`` cuts such a reply off mid-string and
+    it is not JSON. The budget is the longest branch's strings in tokens plus
+    room for the JSON around them, clamped to [256, 1024].
+    """
+    defs = schema.get("$defs", {})
+
+    def chars(node: Any, depth: int = 0) -> int:
+        if not isinstance(node, Mapping) or depth > 8:
+            return 0
+        if "$ref" in node:
+            return chars(defs.get(str(node["$ref"]).rsplit("/", 1)[-1]), depth + 1)
+        if "anyOf" in node:
+            return max((chars(b, depth + 1) for b in node["anyOf"]), default=0)
+        if node.get("type") == "string":
+            return int(node.get("maxLength", TEXT_CHARS))
+        if node.get("type") == "array":
+            return chars(node.get("items"), depth + 1) * int(node.get("maxItems", 8))
+        props = node.get("properties", {})
+        return sum(chars(v, depth + 1) + 16 for v in props.values())
+
+    tokens = 64 + chars(schema) / _CHARS_PER_TOKEN
+    return int(min(REPLY_TOKENS_MAX, max(REPLY_TOKENS_MIN, tokens)))
 
 
 def _branch(properties: dict[str, Any], *, required: Sequence[str]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from skillstate.engine.actions import Action, validate_decision
+from skillstate.engine.actions import Action, reply_budget, validate_decision
 from skillstate.errors import ActionRejected, DecisionFailed, UsageError
 from skillstate.llm.base import Message, Provider, Usage
 from skillstate.state.view import View
@@ -111,7 +111,7 @@ class ModelPolicy:
         *,
         max_repairs: int = 2,
         system: str | None = None,
-        max_tokens: int | None = 256,
+        max_tokens: int | None = None,
     ) -> None:
         if max_repairs < 0:
             raise UsageError("max_repairs must be >= 0")
@@ -136,11 +136,13 @@ class ModelPolicy:
     def decide(self, view: View) -> Decided:
         messages = self.messages(view)
         schema = view.action_schema
+        # Enough for the longest reply the schema allows, unless set by hand.
+        budget = self.max_tokens if self.max_tokens is not None else reply_budget(schema)
         usage = Usage()
         started = time.perf_counter()
         error = "no reply"
         for attempt in range(self.max_repairs + 1):
-            completion = self.provider.complete(messages, schema=schema, max_tokens=self.max_tokens)
+            completion = self.provider.complete(messages, schema=schema, max_tokens=budget)
             usage = usage + completion.usage
             try:
                 action = validate_decision(
@@ -209,7 +211,7 @@ class WindowPolicy(ModelPolicy):
         *,
         max_repairs: int = 2,
         system: str | None = None,
-        max_tokens: int | None = 256,
+        max_tokens: int | None = None,
     ) -> None:
         if n < 1:
             raise UsageError("window size must be >= 1")
