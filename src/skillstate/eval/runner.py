@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -143,7 +144,9 @@ def _execute(
     stop_after: int | None = None,
 ) -> _Run:
     """Build the environment, run the task (optionally stopping and resuming)."""
-    root.mkdir(parents=True, exist_ok=True)
+    # Fresh every time: a rerun into the same --out must not resume an old task.
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
     env = build_environment(spec, root / "env")
     store = SQLiteStore(root / "state.db")
     run = _Run(env=env, store=store, root=root)
