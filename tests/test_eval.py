@@ -97,3 +97,12 @@ def test_eval_command_writes_the_report(tmp_path: Path) -> None:
     assert (out / "report.md").read_text().strip()
     for png in ("tokens_by_step.png", "success_by_length.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_rerun_into_the_same_directory_starts_fresh(tmp_path: Path) -> None:
+    """Reusing --out must not resume (or collide with) the previous run's task."""
+    spec = min(load_suite("long", 0), key=lambda s: s.max_steps)
+    first = run_task(spec, VARIANTS["skillstate"], seed=0, workdir=tmp_path, recovery=False)
+    again = run_task(spec, VARIANTS["skillstate"], seed=0, workdir=tmp_path, recovery=False)
+    assert first.success and again.success, again.failure
+    assert again.steps == first.steps == first.plan_steps
