@@ -104,5 +104,6 @@ def test_a_rerun_into_the_same_directory_starts_fresh(tmp_path: Path) -> None:
     spec = min(load_suite("long", 0), key=lambda s: s.max_steps)
     first = run_task(spec, VARIANTS["skillstate"], seed=0, workdir=tmp_path, recovery=False)
     again = run_task(spec, VARIANTS["skillstate"], seed=0, workdir=tmp_path, recovery=False)
-    assert first.success and again.success, again.failure
+    assert first.success
+    assert again.success, again.failure
     assert again.steps == first.steps == first.plan_steps

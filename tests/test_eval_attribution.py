@@ -161,3 +161,28 @@ def test_unattended_agents_are_not_offered_ask_user() -> None:
     assert "ask_user" in [
         b["properties"]["kind"]["const"] for b in decision_schema({}, ["done"])["anyOf"]
     ]
+
+
+def test_a_model_that_never_replies_validly_is_stopped_early(tmp_path: Path) -> None:
+    """--max-invalid: three invalid decisions in a row end the task, a recorded failure."""
+    from skillstate.llm.replay import ScriptedProvider
+
+    def factory(spec: TaskSpec, variant: Variant, env: Environment, store: Store) -> Provider:
+        return ScriptedProvider(lambda messages, schema: '{"kind": "call_skill", "skill": "nope"')
+
+    result = run_task(
+        SPEC,
+        VARIANTS["skillstate"],
+        seed=0,
+        factory=factory,
+        workdir=tmp_path,
+        max_repairs=0,
+        max_invalid=3,
+        recovery=False,
+    )
+    assert not result.success
+    assert result.steps == 3
+    assert result.failure == "stopped: 3 invalid decisions in a row"
+    assert result.first_bad_step == 1
+    assert result.first_bad_reason is not None
+    assert "not JSON" in result.first_bad_reason

@@ -820,6 +820,15 @@ def eval_(
         typer.Option("--context-window", min=256, help="The model's context, in tokens."),
     ] = None,
     max_repairs: RepairsOpt = 2,
+    max_invalid: Annotated[
+        int,
+        typer.Option(
+            "--max-invalid",
+            min=1,
+            help="Stop a task (a recorded failure) after this many decisions in a row that "
+            "stayed invalid after their repairs.",
+        ),
+    ] = 3,
     recovery: Annotated[
         bool, typer.Option(help="Also interrupt each task at 25/50/75% and resume it.")
     ] = True,
@@ -839,6 +848,7 @@ def eval_(
             groups=groups,
             context_window=context_window,
             max_repairs=max_repairs,
+            max_invalid=max_invalid,
             recovery=recovery,
             command="skillstate " + " ".join(sys.argv[1:]),
         )

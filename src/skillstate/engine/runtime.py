@@ -127,9 +127,12 @@ class Runtime:
         max_tokens: int | None = None,
         max_cost: float | None = None,
         prices: Prices | None = None,
+        max_invalid: int | None = None,
     ) -> None:
         if max_steps < 1 or max_retries < 0:
             raise UsageError("max_steps must be >= 1 and max_retries >= 0")
+        if max_invalid is not None and max_invalid < 1:
+            raise UsageError("max_invalid must be >= 1")
         self.agent = agent
         self.store = store
         self.max_steps = max_steps
@@ -144,6 +147,10 @@ class Runtime:
         self.max_tokens = max_tokens
         self.max_cost = max_cost
         self.prices = prices
+        self.max_invalid = max_invalid
+        """Stop a run after this many decisions in a row that stayed invalid after
+        their repairs: a model that cannot produce an action here would otherwise
+        spend the whole step budget (resumable, like the other budgets)."""
         # The raw stored document of the head each task was last loaded or committed
         # at. Patches are made against it, not against the parsed state: after a
         # schema migration the two differ, and a store replays patches over raw docs.
@@ -202,7 +209,7 @@ class Runtime:
     def _loop(
         self, task_id: str, queue: list[str], budget: int, holder: Holder | None
     ) -> RunResult:
-        steps = 0
+        steps = invalid = 0
         while True:
             if holder is not None:
                 holder.renew()
@@ -225,8 +232,12 @@ class Runtime:
             spent = self._over_budget(state)
             if spent is not None:
                 return RunResult(self._stop_for_budget(state, spent), "budget", steps)
-            self._step(state)  # decide from the state just loaded: one read per step
+            report = self._step(state)  # decide from the state just loaded: one read per step
             steps += 1
+            invalid = invalid + 1 if report.event.action.get("kind") == "invalid" else 0
+            if self.max_invalid is not None and invalid >= self.max_invalid:
+                reason = f"{invalid} invalid decisions in a row (max_invalid {self.max_invalid})"
+                return RunResult(self._stop_for_budget(report.after, reason), "budget", steps)
 
     def _over_budget(self, state: AgentState) -> str | None:
         used = state.usage

@@ -34,6 +34,7 @@ def run_eval(
     groups: str | None = None,
     context_window: int | None,
     max_repairs: int,
+    max_invalid: int | None = 3,
     recovery: bool,
     command: str,
 ) -> int:
@@ -93,6 +94,7 @@ def run_eval(
                             workdir=work,
                             context_window=context_window,
                             max_repairs=max_repairs,
+                            max_invalid=max_invalid,
                             recovery=recovery,
                         )
                     )

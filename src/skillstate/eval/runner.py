@@ -141,6 +141,7 @@ def _execute(
     seed: int,
     context_window: int | None,
     max_repairs: int,
+    max_invalid: int | None = None,
     stop_after: int | None = None,
 ) -> _Run:
     """Build the environment, run the task (optionally stopping and resuming)."""
@@ -160,7 +161,7 @@ def _execute(
         if context_window is not None:
             provider = LimitedProvider(provider, context_window)
         agent = build_agent(spec, env, variant, variant.policy(provider, max_repairs=max_repairs))
-        return Runtime(agent, store, max_steps=budget)
+        return Runtime(agent, store, max_steps=budget, max_invalid=max_invalid)
 
     try:
         first = runtime(stop_after or spec.max_steps)
@@ -172,6 +173,8 @@ def _execute(
         run.stopped = result.stopped
         if result.stopped == "max_steps":
             run.failure = "step budget"
+        elif result.stopped == "budget":
+            run.failure = f"stopped: {max_invalid} invalid decisions in a row"
         elif result.stopped == "waiting_user":
             run.failure = "asked the user (no user in the evaluation)"
         elif result.stopped == "failed":
@@ -192,6 +195,7 @@ def run_task(
     workdir: Path | None = None,
     context_window: int | None = None,
     max_repairs: int = 2,
+    max_invalid: int | None = 3,
     recovery: bool = True,
 ) -> TaskResult:
     """Run ``spec`` under ``variant`` and measure it (plus recovery runs)."""
@@ -206,6 +210,7 @@ def run_task(
         seed=seed,
         context_window=context_window,
         max_repairs=max_repairs,
+        max_invalid=max_invalid,
     )
     result = _measure(spec, variant, seed, run)
     if recovery and result.success:
@@ -220,6 +225,7 @@ def run_task(
                 seed=seed,
                 context_window=context_window,
                 max_repairs=max_repairs,
+                max_invalid=max_invalid,
                 stop_after=stop,
             )
             measured = _measure(spec, variant, seed, again)
