@@ -5,15 +5,12 @@ the long suite is reproducible and covers every length group."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from skillstate.engine.actions import Action, CallSkill, Finish
-from skillstate.engine.agent import Agent
-from skillstate.engine.policy import ScriptedPolicy
-from skillstate.engine.runtime import RunResult, Runtime, StepReport
+from skillstate.engine.actions import CallSkill, Finish
+from skillstate.engine.runtime import Runtime, StepReport
 from skillstate.errors import UsageError
 from skillstate.eval.families import BUILTIN, get_family
 from skillstate.eval.families.records import (
@@ -27,35 +24,11 @@ from skillstate.eval.families.records import (
 )
 from skillstate.eval.suites import list_suites, load_suite, long_suite
 from skillstate.eval.tasks import Environment, TaskSpec, group_of
-from skillstate.state.view import View
 from skillstate.store.memory import MemoryStore
+from tests.eval_support import run_plan, scripted_agent
 
 SPECS = [s for s in long_suite(seed=3, count=8) if s.params["n"] <= 30][:3]
 ORACLE_SPECS = long_suite(seed=0)  # every task of the default suite, 5 to 60 decisions
-
-
-def _agent(spec: TaskSpec, env: Environment, actions: Sequence[Action]) -> Agent:
-    queue = list(actions)
-
-    def next_action(view: View) -> Action:
-        return queue.pop(0) if queue else Finish(summary="plan exhausted")
-
-    return Agent(
-        name="records",
-        state_type=env.state_type,
-        machine=env.machine,
-        skills=env.skills,
-        policy=ScriptedPolicy(next_action),
-        tools=env.tools,
-        goal=spec.goal,
-        constraints=spec.constraints,
-    )
-
-
-def _run(spec: TaskSpec, env: Environment, actions: Sequence[Action]) -> tuple[RunResult, Runtime]:
-    runtime = Runtime(_agent(spec, env, actions), MemoryStore(), max_steps=len(actions) + 2)
-    runtime.start(spec.id, **env.initial)
-    return runtime.run(spec.id), runtime
 
 
 def _build(spec: TaskSpec, tmp_path: Path) -> Environment:
@@ -77,7 +50,7 @@ def test_oracle_skills_plan_passes_every_check(spec: TaskSpec, tmp_path: Path) -
 
     store = MemoryStore()
     runtime = Runtime(
-        _agent(spec, env, env.plan_skills),
+        scripted_agent(spec, env, env.plan_skills),
         store,
         max_steps=len(env.plan_skills) + 2,
         observer=observe,
@@ -140,7 +113,8 @@ def test_a_wrong_record_order_is_caught_by_verify_and_rolled_back(tmp_path: Path
         for i in range(1, spec.params["n"])
         if make_record(spec.params, i)["region"] != spec.params["forbidden_region"]
     )
-    result, _ = _run(spec, env, [CallSkill(skill="process_record", params={"i": countable})])
+    step = CallSkill(skill="process_record", params={"i": countable})
+    result, _ = run_plan(spec, env, [step], max_steps=3)
     state = result.state
     assert isinstance(state, RecordsState)
     assert state.next_record == 0
@@ -159,7 +133,9 @@ def test_a_forbidden_line_in_the_ledger_is_caught_by_verify(tmp_path: Path) -> N
     # A wrong raw-tool action (what a tools-mode agent that forgot the constraint
     # would do) counts the trap record; the next skill's verify refuses to go on.
     env.tools["append_ledger"](line=ledger_line(trap, make_record(spec.params, trap)["amount_eur"]))
-    result, _ = _run(spec, env, [CallSkill(skill="process_record", params={"i": 0})])
+    result, _ = run_plan(
+        spec, env, [CallSkill(skill="process_record", params={"i": 0})], max_steps=3
+    )
     failed = [e for e in result.state.errors if e.kind == "verify_failed"]
     assert failed
     assert "not processed yet" in failed[0].message
@@ -249,8 +225,7 @@ def test_resume_after_a_crash_mid_effect_never_duplicates_a_line(tmp_path: Path)
         raise _Killed
 
     store = MemoryStore()
-    crashing = _agent(spec, env, plan)
-    crashing.tools = {**env.tools, "append_ledger": append_then_die}
+    crashing = scripted_agent(spec, env, plan, tools={"append_ledger": append_then_die})
     runtime = Runtime(crashing, store, max_steps=len(plan) + 2)
     runtime.start(spec.id, **env.initial)
     with pytest.raises(_Killed):
@@ -259,7 +234,7 @@ def test_resume_after_a_crash_mid_effect_never_duplicates_a_line(tmp_path: Path)
     # A new process resumes: the pending effect is settled by the probe (no decision),
     # then the rest of the plan runs.
     rest = plan[first + 1 :]
-    result = Runtime(_agent(spec, env, rest), store, max_steps=len(plan) + 2).run(spec.id)
+    result = Runtime(scripted_agent(spec, env, rest), store, max_steps=len(plan) + 2).run(spec.id)
     assert result.stopped == "completed"
     assert result.steps == len(rest)
     assert not result.state.errors

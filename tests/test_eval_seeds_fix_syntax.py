@@ -8,14 +8,11 @@ pytest subprocesses cost ~0.2 s each: tests run as few as they need.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from skillstate.engine.actions import Action, CallSkill, Finish
-from skillstate.engine.agent import Agent
-from skillstate.engine.policy import ScriptedPolicy
+from skillstate.engine.actions import CallSkill, Finish
 from skillstate.engine.runtime import Runtime
 from skillstate.eval.families import get_family
 from skillstate.eval.families.fix_syntax import (
@@ -32,13 +29,11 @@ from skillstate.eval.families.fix_syntax import (
     repair_line,
     syntax_error,
 )
-from skillstate.eval.runner import run_task
 from skillstate.eval.suites import load_suite
 from skillstate.eval.tasks import Environment, TaskSpec, group_of
-from skillstate.eval.variants import VARIANTS
 from skillstate.skills.skill import Outcome
-from skillstate.state.view import View
 from skillstate.store.memory import MemoryStore
+from tests.eval_support import VARIANT_NAMES, assert_oracle_passes, run_plan, scripted_agent
 
 SPEC = next(s for s in load_suite("seeds") if s.family == "fix_syntax")
 LINE = SPEC.params["line"]
@@ -48,24 +43,6 @@ FIXED_LINE = CLEAN_APP.splitlines()[LINE - 1]
 
 def _build(tmp_path: Path, spec: TaskSpec = SPEC) -> Environment:
     return get_family(spec.family).build(spec, tmp_path / spec.id)
-
-
-def _agent(env: Environment, actions: Sequence[Action], spec: TaskSpec = SPEC) -> Agent:
-    queue = list(actions)
-
-    def next_action(view: View) -> Action:
-        return queue.pop(0) if queue else Finish(summary="plan exhausted")
-
-    return Agent(
-        name="fix_syntax",
-        state_type=env.state_type,
-        machine=env.machine,
-        skills=env.skills,
-        policy=ScriptedPolicy(next_action),
-        tools=env.tools,
-        goal=spec.goal,
-        constraints=spec.constraints,
-    )
 
 
 def _checks(env: Environment) -> dict[str, tuple[bool, str]]:
@@ -79,13 +56,10 @@ def _app(env: Environment) -> str:
 # ---------------------------------------------------------------- the oracle
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", VARIANT_NAMES)
 def test_oracle_passes_in_every_variant(variant: str, tmp_path: Path) -> None:
     """The reference plan succeeds, recovers from every interruption, repeats nothing."""
-    result = run_task(SPEC, VARIANTS[variant], seed=0, workdir=tmp_path)
-    assert result.success, (result.failure, result.checks)
-    assert result.first_bad_step is None
-    assert result.steps == result.plan_steps
+    result = assert_oracle_passes(SPEC, variant, tmp_path)
     assert set(result.checks) == {
         "app_compiles",
         "imports_unchanged",
@@ -93,9 +67,6 @@ def test_oracle_passes_in_every_variant(variant: str, tmp_path: Path) -> None:
         "pytest_passes",
         "fix_applied_once",
     }
-    assert [r.at for r in result.recovery] == [0.25, 0.5, 0.75]
-    assert all(r.success for r in result.recovery), result.recovery
-    assert all(r.duplicated_effects == 0 for r in result.recovery)
 
 
 def test_spec_shape_and_plans(tmp_path: Path) -> None:
@@ -270,12 +241,8 @@ def test_fix_that_touches_an_import_is_refused_and_rolled_back(tmp_path: Path) -
         replace(path=path, line_no=LINE - 1, text="from pathlib import Path, PurePath")
         return result
 
-    store = MemoryStore()
-    agent = _agent(env, [CallSkill(skill="locate_error"), CallSkill(skill="fix_syntax")])
-    agent.tools = {**env.tools, "replace_line": sloppy}
-    runtime = Runtime(agent, store, max_steps=2)
-    runtime.start(SPEC.id)
-    state = runtime.run(SPEC.id).state
+    plan = [CallSkill(skill="locate_error"), CallSkill(skill="fix_syntax")]
+    state = run_plan(SPEC, env, plan, tools={"replace_line": sloppy})[0].state
     assert isinstance(state, FixSyntaxState)
     assert state.error_line == LINE
     assert not state.fixed
@@ -292,11 +259,8 @@ def test_fix_on_the_wrong_line_is_refused_and_rolled_back(tmp_path: Path) -> Non
     def off_by_one(path: str, line_no: int, text: str) -> str:
         return str(replace(path=path, line_no=line_no + 1, text=text))
 
-    agent = _agent(env, [CallSkill(skill="locate_error"), CallSkill(skill="fix_syntax")])
-    agent.tools = {**env.tools, "replace_line": off_by_one}
-    runtime = Runtime(agent, MemoryStore(), max_steps=2)
-    runtime.start(SPEC.id)
-    state = runtime.run(SPEC.id).state
+    plan = [CallSkill(skill="locate_error"), CallSkill(skill="fix_syntax")]
+    state = run_plan(SPEC, env, plan, tools={"replace_line": off_by_one})[0].state
     assert isinstance(state, FixSyntaxState)
     assert not state.fixed
     failed = next(e for e in state.errors if e.kind == "verify_failed")
@@ -337,8 +301,7 @@ def test_resume_after_a_crash_mid_fix_never_applies_it_twice(tmp_path: Path) -> 
         raise _Killed
 
     store = MemoryStore()
-    crashing = _agent(env, env.plan_skills)
-    crashing.tools = {**env.tools, "replace_line": replace_then_die}
+    crashing = scripted_agent(SPEC, env, env.plan_skills, tools={"replace_line": replace_then_die})
     runtime = Runtime(crashing, store, max_steps=len(env.plan_skills) + 2)
     runtime.start(SPEC.id)
     with pytest.raises(_Killed):
@@ -347,7 +310,7 @@ def test_resume_after_a_crash_mid_fix_never_applies_it_twice(tmp_path: Path) -> 
     assert _app(env) == CLEAN_APP
     # A new process resumes: the probe finds the fix done, so replace_line never runs again.
     rest = env.plan_skills[2:]
-    result = Runtime(_agent(env, rest), store, max_steps=len(rest) + 2).run(SPEC.id)
+    result = Runtime(scripted_agent(SPEC, env, rest), store, max_steps=len(rest) + 2).run(SPEC.id)
     assert result.stopped == "completed", result.state.errors
     assert not result.state.errors
     assert calls == [LINE]

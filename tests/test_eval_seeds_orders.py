@@ -12,20 +12,16 @@ from typing import Any
 
 import pytest
 
-from skillstate.engine.actions import Action, CallSkill, Finish
-from skillstate.engine.agent import Agent
-from skillstate.engine.policy import ScriptedPolicy
-from skillstate.engine.runtime import RunResult, Runtime
+from skillstate.engine.actions import Action, CallSkill
+from skillstate.engine.runtime import RunResult
 from skillstate.errors import UsageError
 from skillstate.eval.families import get_family
 from skillstate.eval.families.orders import ANSWER, EXCLUDED_STATUSES, OrdersState, make_orders
-from skillstate.eval.runner import run_task
 from skillstate.eval.suites import load_suite
 from skillstate.eval.tasks import Environment, group_of
-from skillstate.eval.variants import RESULT_CHARS, VARIANTS
+from skillstate.eval.variants import RESULT_CHARS
 from skillstate.skills.skill import Outcome
-from skillstate.state.view import View
-from skillstate.store.memory import MemoryStore
+from tests.eval_support import VARIANT_NAMES, assert_oracle_passes, run_plan
 
 SPEC = next(s for s in load_suite("seeds") if s.family == "orders")
 DATA = make_orders(dict(SPEC.params))
@@ -38,24 +34,7 @@ def _build(tmp_path: Path) -> Environment:
 
 
 def _run(env: Environment, actions: Sequence[Action], **fields: Any) -> RunResult:
-    queue = list(actions)
-
-    def next_action(view: View) -> Action:
-        return queue.pop(0) if queue else Finish(summary="plan exhausted")
-
-    agent = Agent(
-        name="orders",
-        state_type=env.state_type,
-        machine=env.machine,
-        skills=env.skills,
-        policy=ScriptedPolicy(next_action),
-        tools=env.tools,
-        goal=SPEC.goal,
-        constraints=SPEC.constraints,
-    )
-    runtime = Runtime(agent, MemoryStore(), max_steps=len(actions))
-    runtime.start("t", **{**env.initial, **fields})
-    return runtime.run("t")
+    return run_plan(SPEC, env, actions, **fields)[0]
 
 
 def _state(**fields: Any) -> OrdersState:
@@ -75,16 +54,10 @@ def _order(order_id: str) -> dict[str, Any]:
     return next(o for o in DATA.orders if o["id"] == order_id)
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", VARIANT_NAMES)
 def test_oracle_passes_every_variant(variant: str, tmp_path: Path) -> None:
     """The oracle succeeds, recovers from each interruption and repeats no effect."""
-    result = run_task(SPEC, VARIANTS[variant], seed=0, workdir=tmp_path)
-    assert result.success, (result.failure, result.checks)
-    assert result.first_bad_step is None
-    assert result.steps == result.plan_steps
-    assert [r.at for r in result.recovery] == [0.25, 0.5, 0.75]
-    assert all(r.success for r in result.recovery), result.recovery
-    assert all(r.duplicated_effects == 0 for r in result.recovery)
+    assert_oracle_passes(SPEC, variant, tmp_path)
 
 
 def test_spec_group_budget_and_constraints(tmp_path: Path) -> None:

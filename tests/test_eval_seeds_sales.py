@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from skillstate.engine.actions import Action, CallSkill, Finish
-from skillstate.engine.agent import Agent
-from skillstate.engine.policy import ScriptedPolicy
-from skillstate.engine.runtime import RunResult, Runtime
+from skillstate.engine.actions import CallSkill
+from skillstate.engine.runtime import RunResult
 from skillstate.eval.families import get_family
 from skillstate.eval.families.sales import (
     CHART,
@@ -31,12 +29,9 @@ from skillstate.eval.families.sales import (
     totals_of,
     trap_answers,
 )
-from skillstate.eval.runner import run_task
 from skillstate.eval.suites import load_suite
 from skillstate.eval.tasks import CheckResult, Environment, TaskSpec, group_of
-from skillstate.eval.variants import VARIANTS
-from skillstate.state.view import View
-from skillstate.store.memory import MemoryStore
+from tests.eval_support import VARIANT_NAMES, Tools, assert_oracle_passes, run_plan
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 needs_mpl = pytest.mark.skipif(not HAS_MPL, reason="the chart needs the eval extra (matplotlib)")
@@ -50,31 +45,11 @@ def _build(tmp_path: Path, spec: TaskSpec = SPEC) -> Environment:
 
 
 def _run(
-    env: Environment,
-    skills: Sequence[str],
-    *,
-    tools: Mapping[str, Callable[..., Any]] | None = None,
-    **initial: Any,
+    env: Environment, skills: Sequence[str], *, tools: Tools | None = None, **initial: Any
 ) -> RunResult:
     """Run the named skills in order through the real runtime (with tools swapped in)."""
-    queue: list[Action] = [CallSkill(skill=name) for name in skills]
-
-    def next_action(view: View) -> Action:
-        return queue.pop(0) if queue else Finish(summary="plan exhausted")
-
-    agent = Agent(
-        name="sales",
-        state_type=env.state_type,
-        machine=env.machine,
-        skills=env.skills,
-        policy=ScriptedPolicy(next_action),
-        tools={**env.tools, **(tools or {})},
-        goal=SPEC.goal,
-        constraints=SPEC.constraints,
-    )
-    runtime = Runtime(agent, MemoryStore(), max_steps=len(skills))
-    runtime.start("t", **initial)
-    return runtime.run("t")
+    actions = [CallSkill(skill=name) for name in skills]
+    return run_plan(SPEC, env, actions, tools=tools, **initial)[0]
 
 
 def _checks(env: Environment) -> dict[str, CheckResult]:
@@ -348,14 +323,8 @@ class TestSkills:
 
 
 @needs_mpl
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", VARIANT_NAMES)
 def test_oracle_passes_in_every_variant(variant: str, tmp_path: Path) -> None:
     """The reference plan succeeds, recovers from every interruption, repeats nothing."""
-    result = run_task(SPEC, VARIANTS[variant], seed=0, workdir=tmp_path)
-    assert result.success, (result.failure, result.checks)
+    result = assert_oracle_passes(SPEC, variant, tmp_path)
     assert all(result.checks.values())
-    assert result.first_bad_step is None
-    assert result.steps == result.plan_steps
-    assert [r.at for r in result.recovery] == [0.25, 0.5, 0.75]
-    assert all(r.success for r in result.recovery), result.recovery
-    assert all(r.duplicated_effects == 0 for r in result.recovery)

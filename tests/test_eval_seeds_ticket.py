@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from skillstate.engine.actions import Action, CallSkill, Finish
-from skillstate.engine.agent import Agent
-from skillstate.engine.policy import ScriptedPolicy
+from skillstate.engine.actions import Action, CallSkill
 from skillstate.engine.runtime import RunResult, Runtime
 from skillstate.errors import UsageError
 from skillstate.eval.families import get_family
@@ -33,8 +31,8 @@ from skillstate.eval.runner import run_task
 from skillstate.eval.suites import load_suite
 from skillstate.eval.tasks import Environment, TaskSpec, group_of
 from skillstate.eval.variants import VARIANTS
-from skillstate.state.view import View
 from skillstate.store.memory import MemoryStore
+from tests.eval_support import VARIANT_NAMES, Tools, assert_oracle_passes, run_plan, scripted_agent
 
 SPEC = next(s for s in load_suite("seeds") if s.family == "ticket")
 TICKET = str(SPEC.params["ticket_id"])
@@ -48,32 +46,8 @@ def _build(tmp_path: Path, spec: TaskSpec = SPEC) -> Environment:
     return get_family("ticket").build(spec, tmp_path / spec.id)
 
 
-def _agent(
-    env: Environment, actions: Sequence[Action], tools: Mapping[str, Callable[..., Any]] = {}
-) -> Agent:
-    queue = list(actions)
-
-    def next_action(view: View) -> Action:
-        return queue.pop(0) if queue else Finish(summary="plan exhausted")
-
-    return Agent(
-        name="ticket",
-        state_type=env.state_type,
-        machine=env.machine,
-        skills=env.skills,
-        policy=ScriptedPolicy(next_action),
-        tools={**env.tools, **tools},
-        goal=SPEC.goal,
-        constraints=SPEC.constraints,
-    )
-
-
-def _run(
-    env: Environment, actions: Sequence[Action], tools: Mapping[str, Callable[..., Any]] = {}
-) -> RunResult:
-    runtime = Runtime(_agent(env, actions, tools), MemoryStore(), max_steps=len(actions))
-    runtime.start("t", **env.initial)
-    return runtime.run("t")
+def _run(env: Environment, actions: Sequence[Action], tools: Tools | None = None) -> RunResult:
+    return run_plan(SPEC, env, actions, tools=tools)[0]
 
 
 def _db(env: Environment, sql: str, *args: Any) -> list[tuple[Any, ...]]:
@@ -94,16 +68,10 @@ def _errors(result: RunResult, kind: str) -> list[str]:
     return [e.message for e in result.state.errors if e.kind == kind]
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", VARIANT_NAMES)
 def test_oracle_passes_every_variant(variant: str, tmp_path: Path) -> None:
     """The oracle succeeds, recovers from each interruption and repeats no effect."""
-    result = run_task(SPEC, VARIANTS[variant], seed=0, workdir=tmp_path)
-    assert result.success, (result.failure, result.checks)
-    assert result.first_bad_step is None
-    assert result.steps == result.plan_steps
-    assert [r.at for r in result.recovery] == [0.25, 0.5, 0.75]
-    assert all(r.success for r in result.recovery), result.recovery
-    assert all(r.duplicated_effects == 0 for r in result.recovery)
+    assert_oracle_passes(SPEC, variant, tmp_path)
 
 
 def test_spec_group_budget_and_constraints(tmp_path: Path) -> None:
@@ -264,15 +232,14 @@ def test_resume_after_a_crash_mid_reply_never_posts_twice(tmp_path: Path) -> Non
         raise _Killed
 
     store = MemoryStore()
-    runtime = Runtime(
-        _agent(env, env.plan_skills, {"post_reply": post_then_die}), store, max_steps=10
-    )
+    crashing = scripted_agent(SPEC, env, env.plan_skills, tools={"post_reply": post_then_die})
+    runtime = Runtime(crashing, store, max_steps=10)
     runtime.start("t", **env.initial)
     with pytest.raises(_Killed):
         runtime.run("t")
     assert store.load("t").state["pending_effect"] is not None
     rest = env.plan_skills[3:]
-    result = Runtime(_agent(env, rest), store, max_steps=10).run("t")
+    result = Runtime(scripted_agent(SPEC, env, rest), store, max_steps=10).run("t")
     assert result.stopped == "completed"
     assert not result.state.errors
     assert all(c.ok for c in env.check(result.state))
