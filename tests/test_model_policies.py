@@ -459,3 +459,29 @@ def test_the_reply_budget_fits_the_longest_reply_the_schema_allows() -> None:
     assert REPLY_TOKENS_MIN <= small < large <= REPLY_TOKENS_MAX
     # finish's summary (500 chars) + reason (200 chars) at <= 2.5 chars per token
     assert small >= (500 + 200) / 2.5
+
+
+def test_the_decision_schema_bounds_every_string_array_and_free_value() -> None:
+    """A grammar built from {} or an unbounded array admits an endless reply."""
+
+    from pydantic import BaseModel
+
+    from skillstate.engine.actions import MAX_ITEMS, TEXT_CHARS, decision_schema
+
+    class Params(BaseModel):
+        names: list[str]
+        value: Any = None
+        kept: list[int] = Field(max_length=3)
+
+    schema = decision_schema({"s": Params}, [])
+    branch = next(
+        b for b in schema["anyOf"] if b["properties"]["kind"].get("const") == "call_skill"
+    )
+    props = branch["properties"]["params"]["properties"]
+    assert props["names"]["maxItems"] == MAX_ITEMS
+    assert props["names"]["items"]["maxLength"] == TEXT_CHARS
+    assert props["kept"]["maxItems"] == 3  # an explicit bound is kept
+    kinds = [b.get("type") for b in props["value"]["anyOf"]]
+    assert kinds == ["string", "number", "boolean", "null", "array", "object"]
+    assert props["value"]["anyOf"][0]["maxLength"] == TEXT_CHARS
+    assert props["value"]["anyOf"][4]["maxItems"] == MAX_ITEMS

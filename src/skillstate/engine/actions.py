@@ -154,15 +154,51 @@ on until ``max_tokens`` and the cut-off reply is not JSON."""
 TEXT_CHARS = 500
 
 
+MAX_ITEMS = 32
+"""Arrays get ``maxItems`` for the same reason strings get ``maxLength``."""
+
+_SCALAR: list[dict[str, Any]] = [
+    {"type": "string", "maxLength": TEXT_CHARS},
+    {"type": "number"},
+    {"type": "boolean"},
+    {"type": "null"},
+]
+_ANY: dict[str, Any] = {
+    "anyOf": [
+        *_SCALAR,
+        {"type": "array", "items": {"anyOf": _SCALAR}, "maxItems": MAX_ITEMS},
+        {"type": "object", "additionalProperties": {"anyOf": _SCALAR}},
+    ]
+}
+"""What an unconstrained value (``Any``, ``{}``) becomes: any JSON value, but with
+every string and array bounded. A grammar built from ``{}`` admits an endless
+string, and a small model will write one."""
+_SHAPE_KEYS = frozenset(
+    {"type", "anyOf", "oneOf", "allOf", "$ref", "const", "enum", "not", "properties", "items"}
+)
+
+
 def _bounded(schema: Any) -> Any:
-    """``schema`` with every unbounded string given ``maxLength`` (see REASON_CHARS)."""
-    if isinstance(schema, list):
-        return [_bounded(item) for item in schema]
+    """``schema`` with every string given ``maxLength`` and every array ``maxItems``
+    (see REASON_CHARS), and every unconstrained value bounded likewise."""
     if not isinstance(schema, dict):
         return schema
-    out = {key: _bounded(value) for key, value in schema.items()}
+    if not _SHAPE_KEYS & schema.keys():
+        return {**{k: v for k, v in schema.items() if k in {"title", "description"}}, **_ANY}
+    out = dict(schema)
+    for key in ("properties", "$defs", "definitions", "patternProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = {name: _bounded(sub) for name, sub in out[key].items()}
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(out.get(key), dict):
+            out[key] = _bounded(out[key])
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        if isinstance(out.get(key), list):
+            out[key] = [_bounded(sub) for sub in out[key]]
     if out.get("type") == "string" and "maxLength" not in out and "enum" not in out:
         out["maxLength"] = TEXT_CHARS
+    if out.get("type") == "array" and "maxItems" not in out:
+        out["maxItems"] = MAX_ITEMS
     return out
 
 

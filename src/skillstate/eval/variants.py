@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from skillstate.engine.agent import Agent
 from skillstate.engine.policy import HistoryPolicy, ModelPolicy, Policy, StatePolicy
@@ -83,7 +83,7 @@ TOOLS_MACHINE = StateMachine(
 
 class Remember(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    key: str
+    key: str = Field(max_length=64, description="A short name for the note.")
     value: Any = None
 
 
