@@ -714,3 +714,42 @@ def test_local_model_returns_schema_valid_json() -> None:
         provider.complete([Message("user", "order " * 1500)], max_tokens=4)
     assert "\n" not in str(caught.value)
     provider.close()
+
+
+def test_openai_a_prompt_too_long_for_the_model_is_a_context_overflow(server: FakeOpenAI) -> None:
+    """The harness records it as the task's failure (context overflow), not a crash."""
+    from skillstate.errors import ContextOverflow
+
+    server.queue.append(
+        {
+            "status": 400,
+            "body": {
+                "error": {
+                    "message": "This model's maximum context length is 8192 tokens. However, "
+                    "you requested 9028 tokens.",
+                    "code": "context_length_exceeded",
+                }
+            },
+        }
+    )
+    provider = openai_provider(server)
+    try:
+        with pytest.raises(ContextOverflow, match="maximum context length"):
+            provider.complete(MESSAGES, schema=ACTION_SCHEMA, max_tokens=100)
+    finally:
+        provider.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "overflow"),
+    [
+        ("Requested tokens (9028) exceed context window of 8192", True),  # llama.cpp
+        ("This model's maximum context length is 4096 tokens", True),  # OpenAI, vLLM
+        ("max_tokens is too large: 999999", False),
+        ("connection refused", False),
+    ],
+)
+def test_context_overflow_messages_are_recognised(text: str, overflow: bool) -> None:
+    from skillstate.errors import is_context_overflow
+
+    assert is_context_overflow(text) is overflow

@@ -191,6 +191,27 @@ class ProviderError(SkillstateError):
     """A model call failed: the server, the network, or the model file."""
 
 
+class ContextOverflow(ProviderError):
+    """The prompt (plus room for the reply) does not fit the model's context window."""
+
+
+# How servers and llama.cpp word a prompt that does not fit (OpenAI's error code,
+# vLLM's and llama.cpp's messages); matched case-insensitively.
+_OVERFLOW_HINTS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "exceed context window",
+    "exceeds the context",
+    "context window",
+)
+
+
+def is_context_overflow(text: str) -> bool:
+    """Whether a provider's error message says the prompt did not fit."""
+    lowered = text.lower()
+    return any(hint in lowered for hint in _OVERFLOW_HINTS)
+
+
 class ToolNotAllowed(SkillstateError, PermissionError):
     """A skill called a tool it did not declare in ``tools=[...]``."""
 

@@ -169,10 +169,19 @@ def _sorted_runs(results: Sequence[TaskResult]) -> list[TaskResult]:
     )
 
 
+CELL_CHARS = 240
+"""A model's garbage (a 500-character id) is quoted in reasons; tables show the start
+(report.json keeps all of it)."""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+
+
 def _first_bad(run: TaskResult) -> str:
     if run.first_bad_step is None:
         return "—"
-    reason = f": {run.first_bad_reason}" if run.first_bad_reason else ""
+    reason = f": {_clip(run.first_bad_reason)}" if run.first_bad_reason else ""
     return f"decision {run.first_bad_step}{reason}"
 
 
@@ -355,7 +364,7 @@ def _markdown(
                     run.group,
                     run.variant,
                     str(run.seed),
-                    run.failure or "(no reason recorded)",
+                    _clip(run.failure or "(no reason recorded)"),
                     _first_bad(run),
                 ]
                 for run in failures

@@ -27,7 +27,7 @@ from typing import Any
 from skillstate.engine.actions import Action, CallSkill
 from skillstate.engine.replay import Expectations, attribute
 from skillstate.engine.runtime import Runtime
-from skillstate.errors import ProviderError, SkillstateError
+from skillstate.errors import ContextOverflow, SkillstateError
 from skillstate.eval.families import build_environment
 from skillstate.eval.results import RecoveryResult, TaskResult
 from skillstate.eval.tasks import Environment, TaskSpec
@@ -47,10 +47,6 @@ __all__ = [
 RECOVERY_POINTS = (0.25, 0.5, 0.75)
 TASK_ID = "task"
 EXPECTED = "expected.json"
-
-
-class ContextOverflow(ProviderError):
-    """The prompt does not fit the model's context window: a failure of the task."""
 
 
 class LimitedProvider:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from skillstate.errors import MissingExtra, ProviderError
+from skillstate.errors import ContextOverflow, MissingExtra, ProviderError, is_context_overflow
 from skillstate.llm.base import Completion, Message, Usage
 
 __all__ = ["BUNDLED_PACKAGE", "LocalProvider", "bundled_model_path", "model_cache_dir"]
@@ -187,7 +187,8 @@ class LocalProvider:
             try:
                 response = llm.create_chat_completion(**request)
             except Exception as exc:  # llama.cpp and jinja raise whatever they like
-                raise ProviderError(f"{self.name}: {_one_line(exc)}") from exc
+                error = ContextOverflow if is_context_overflow(str(exc)) else ProviderError
+                raise error(f"{self.name}: {_one_line(exc)}") from exc
             duration_ms = (time.perf_counter() - started) * 1000
         choice = response["choices"][0]
         usage = response.get("usage") or {}

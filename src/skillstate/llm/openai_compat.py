@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from skillstate.errors import MissingExtra, ProviderError
+from skillstate.errors import ContextOverflow, MissingExtra, ProviderError, is_context_overflow
 from skillstate.llm.base import Completion, Message, Usage, count_messages
 from skillstate.llm.tokens import count_tokens
 
@@ -244,9 +244,10 @@ class OpenAIProvider:
                 f"{self.name}: cannot reach {where}: {self._scrub(_cause_text(exc))}"
             )
         if isinstance(exc, openai.APIStatusError):
-            return ProviderError(
-                f"{self.name}: HTTP {exc.status_code}: {self._scrub(_status_text(exc))}"
-            )
+            text = self._scrub(_status_text(exc))
+            overflow = is_context_overflow(text) or is_context_overflow(str(_error_body(exc)))
+            error = ContextOverflow if overflow else ProviderError
+            return error(f"{self.name}: HTTP {exc.status_code}: {text}")
         return ProviderError(f"{self.name}: {self._scrub(_one_line(str(exc)))}")
 
     def _cause(self, exc: BaseException) -> BaseException | None:
