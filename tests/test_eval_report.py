@@ -265,6 +265,7 @@ def test_report_json_shape(tmp_path: Path) -> None:
         "started_at",
         "duration_s",
         "variants",
+        "prompt_tokens_by_step",
         "tasks",
     }
     assert data["model"] == "oracle"
@@ -380,3 +381,15 @@ def test_missing_matplotlib_raises_after_writing_the_numbers(
     assert (tmp_path / "report.json").is_file()
     assert (tmp_path / "report.md").is_file()
     assert not (tmp_path / "tokens_by_step.png").exists()
+
+
+def test_report_has_prompt_tokens_by_step_index(tmp_path: Path) -> None:
+    """The curve behind tokens_by_step.png is in the JSON and, sampled, in the Markdown."""
+    paths = report(tmp_path, plots=False)
+    data = json.loads(paths.json.read_text(encoding="utf-8"))
+    curves = data["prompt_tokens_by_step"]
+    assert set(curves) == set(data["variants"])
+    assert all(isinstance(v, float) for curve in curves.values() for v in curve)
+    text = paths.markdown.read_text(encoding="utf-8")
+    assert "Mean prompt tokens of the i-th decision" in text
+    assert "| Variant | i = 1 |" in text

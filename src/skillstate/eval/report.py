@@ -118,6 +118,8 @@ def write_report(
         "started_at": started_text,
         "duration_s": float(duration_s),
         "variants": summary,
+        # Mean prompt tokens of the i-th decision, per variant (see tokens_by_step).
+        "prompt_tokens_by_step": {name: [round(v, 1) for v in c] for name, c in curves.items()},
         "tasks": [run.as_json() for run in _sorted_runs(results)],
     }
     json_path.write_text(
@@ -166,6 +168,25 @@ def _sorted_runs(results: Sequence[TaskResult]) -> list[TaskResult]:
             variants[run.variant],
             run.seed,
         ),
+    )
+
+
+STEP_COLUMNS = (1, 5, 10, 20, 40, 60)
+
+
+def _by_step_table(curves: Mapping[str, list[float]]) -> list[str]:
+    """Mean prompt tokens at a few decision indices: the plot's curve, as numbers."""
+    longest = max((len(c) for c in curves.values()), default=0)
+    columns = [i for i in STEP_COLUMNS if i <= longest]
+    if not columns:
+        return []
+    lines = ["Mean prompt tokens of the i-th decision (over the runs that got that far):", ""]
+    return lines + _table(
+        ["Variant", *(f"i = {i}" for i in columns)],
+        [
+            [name, *(f"{curve[i - 1]:,.0f}" if i <= len(curve) else "—" for i in columns)]
+            for name, curve in curves.items()
+        ],
     )
 
 
@@ -326,6 +347,7 @@ def _markdown(
             for name, item in summary.items()
         ],
     )
+    lines += _by_step_table(tokens_by_step(results))
 
     lines += ["## Recovery", ""]
     if not any(run.recovery for run in results):
