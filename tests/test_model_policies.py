@@ -485,3 +485,24 @@ def test_the_decision_schema_bounds_every_string_array_and_free_value() -> None:
     assert kinds == ["string", "number", "boolean", "null", "array", "object"]
     assert props["value"]["anyOf"][0]["maxLength"] == TEXT_CHARS
     assert props["value"]["anyOf"][4]["maxItems"] == MAX_ITEMS
+
+
+def test_small_integer_ranges_are_spelled_out_as_an_enum() -> None:
+    """Grammar engines ignore minimum/maximum; an enum keeps a constrained model in range."""
+    from pydantic import BaseModel
+
+    from skillstate.engine.actions import decision_schema
+
+    class Params(BaseModel):
+        i: int = Field(ge=0, le=4)
+        k: int = Field(gt=0, lt=3)
+        big: int = Field(ge=0, le=10_000)
+        free: int
+
+    schema = decision_schema({"s": Params}, [])
+    branch = next(b for b in schema["anyOf"] if "skill" in b["properties"])
+    props = branch["properties"]["params"]["properties"]
+    assert props["i"]["enum"] == [0, 1, 2, 3, 4]
+    assert props["k"]["enum"] == [1, 2]
+    assert "enum" not in props["big"]
+    assert "enum" not in props["free"]

@@ -155,6 +155,8 @@ TEXT_CHARS = 500
 
 
 MAX_ITEMS = 32
+ENUM_RANGE = 64
+"""Integer ranges up to this size are also given as an enum (see _bounded)."""
 """Arrays get ``maxItems`` for the same reason strings get ``maxLength``."""
 
 _SCALAR: list[dict[str, Any]] = [
@@ -199,7 +201,18 @@ def _bounded(schema: Any) -> Any:
         out["maxLength"] = TEXT_CHARS
     if out.get("type") == "array" and "maxItems" not in out:
         out["maxItems"] = MAX_ITEMS
+    if out.get("type") == "integer" and "enum" not in out:
+        # Grammar engines (llama.cpp's among them) ignore minimum/maximum; a small
+        # range spelled out as an enum is enforced by every one of them.
+        low = out.get("minimum", _exclusive(out.get("exclusiveMinimum"), 1))
+        high = out.get("maximum", _exclusive(out.get("exclusiveMaximum"), -1))
+        if isinstance(low, int) and isinstance(high, int) and 0 <= high - low < ENUM_RANGE:
+            out["enum"] = list(range(low, high + 1))
     return out
+
+
+def _exclusive(bound: Any, step: int) -> Any:
+    return bound + step if isinstance(bound, int) else None
 
 
 REPLY_TOKENS_MIN = 256
