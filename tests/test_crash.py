@@ -30,7 +30,7 @@ from skillstate.store import open_store
 from tests.contract.backends import drop_postgres_schemas, postgres_url_for
 
 KILLS = 30
-STEPS = 200
+STEPS = 400  # enough that 30 kills land before the end even on a fast, idle machine
 STEP_DELAY = 0.04
 CLI = [sys.executable, "-m", "skillstate"]
 
