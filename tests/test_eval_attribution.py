@@ -186,3 +186,24 @@ def test_a_model_that_never_replies_validly_is_stopped_early(tmp_path: Path) -> 
     assert result.first_bad_step == 1
     assert result.first_bad_reason is not None
     assert "not JSON" in result.first_bad_reason
+
+
+def test_an_unattended_agent_refuses_ask_user_from_any_policy(tmp_path: Path) -> None:
+    """Not only the model's schema: the runtime itself refuses the question."""
+    from skillstate.engine.actions import AskUser
+    from skillstate.engine.runtime import Runtime
+    from skillstate.eval.families import build_environment
+    from skillstate.eval.variants import build_agent
+    from skillstate.store.memory import MemoryStore
+    from tests.eval_support import scripted_agent
+
+    env = build_environment(SPEC, tmp_path / "env")
+    asked = scripted_agent(SPEC, env, [AskUser(question="which record?")])
+    agent = build_agent(SPEC, env, VARIANTS["skillstate"], asked.policy)
+    runtime = Runtime(agent, MemoryStore(), max_steps=1)
+    runtime.start("t", **env.initial)
+    result = runtime.run("t")
+    assert result.stopped == "max_steps"
+    assert result.state.status.value != "waiting_user"
+    assert result.state.errors[-1].kind == "action_rejected"
+    assert "unattended" in result.state.errors[-1].message

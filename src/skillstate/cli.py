@@ -601,12 +601,10 @@ def replay_(
     """The timeline of a task: each step with the state before and after it, and the
     first step that went wrong (an error, a failed verify, or with --expect a result
     that diverged from the task's expected facts or effects)."""
-    from skillstate.engine.replay import Expectations, attribute, timeline
+    from skillstate.engine.replay import Expectations, timeline
 
-    db = _store(store)
-    steps, _ = timeline(db, task_id)
     expected = Expectations.load(expect) if expect is not None else None
-    found = attribute(db, task_id, expected)
+    steps, found = timeline(_store(store), task_id, expected)
     if as_json:
         rows = [step.as_json() for step in steps]
         payload = {

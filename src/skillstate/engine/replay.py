@@ -98,11 +98,11 @@ class Attribution:
         return {"version": self.version, "decision": self.decision, "reason": self.reason}
 
 
-def timeline(store: Store, task_id: str) -> tuple[list[Step], int | None]:
-    """Every committed step, and the version of the first bad one (``None``: none)."""
-    steps = _steps(store, task_id)
-    found = attribute(store, task_id)
-    return steps, found.version if found else None
+def timeline(
+    store: Store, task_id: str, expected: Expectations | None = None
+) -> tuple[list[Step], Attribution | None]:
+    """Every committed step, and the first bad one (``None``: none went wrong)."""
+    return _steps(store, task_id), attribute(store, task_id, expected)
 
 
 def _steps(store: Store, task_id: str) -> list[Step]:
@@ -154,6 +154,7 @@ def attribute(
     """
     expected = expected or Expectations()
     effects = list(expected.effects)  # consumed in order as the run makes them
+    head = store.load(task_id).version if expected.facts else 0
     decision = 0
     last: tuple[int, int] | None = None
     for event in store.events(task_id):
@@ -167,7 +168,13 @@ def attribute(
         decision += 1
         last = (event.version, decision)
         bad = bad or _diverged(
-            store, task_id, event=event, decision=decision, expected=expected, effects=effects
+            store,
+            task_id,
+            event=event,
+            decision=decision,
+            expected=expected,
+            effects=effects,
+            head=head,
         )
         if bad:
             return Attribution(event.version, decision, bad)
@@ -192,11 +199,12 @@ def _diverged(
     decision: int,
     expected: Expectations,
     effects: list[tuple[str, Mapping[str, Any]]],
+    head: int,
 ) -> str | None:
     """Why decision ``decision`` diverged from the expectations, or ``None``."""
     if decision <= len(expected.facts):
         try:
-            state = _settled(store, task_id, event.version)
+            state = _settled(store, task_id, event.version, head)
         except StoreError:  # pruned: this step's facts can no longer be read
             state = {}
         for key, value in expected.facts[decision - 1].items() if state else ():
@@ -226,9 +234,8 @@ def _failed(event: Event) -> str | None:
     return None
 
 
-def _settled(store: Store, task_id: str, version: int) -> dict[str, Any]:
+def _settled(store: Store, task_id: str, version: int, head: int) -> dict[str, Any]:
     # An effect's outcome is committed right after its intent: judge the step by it.
-    head = store.load(task_id).version
     doc = store.checkpoint(task_id, version).state
     if doc.get("pending_effect") and version < head:
         doc = store.checkpoint(task_id, version + 1).state

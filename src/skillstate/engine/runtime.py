@@ -503,6 +503,10 @@ class Runtime:
             if isinstance(action, CallSkill):
                 return self._call_skill(state, action, step_id)
             if isinstance(action, AskUser):
+                if not self.agent.can_ask:
+                    # Any policy, not only a model's: an unattended task never waits.
+                    message = "ask_user is not available: this agent runs unattended"
+                    return _reject(state, step_id, "action_rejected", message, None)
                 return self._ask_user(state, action, step_id)
             if isinstance(action, Finish):
                 return self._finish(state, action, step_id)
