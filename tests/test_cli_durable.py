@@ -157,6 +157,22 @@ def test_fork_and_resume_the_fork(tmp_path: Path, ledger_task: str) -> None:
     code, _out, err = run_cli(
         tmp_path, "fork", "L", "--at", "3", "--new-id", "F", "--store", ledger_task
     )
+    assert code == 2  # L appended entries 2..5 after version 3: named, nothing written
+    assert "L:2-append_entry" in err
+    assert "--keep-effects" in err
+    assert_no_traceback("", err)
+    code, _out, err = run_cli(
+        tmp_path,
+        "fork",
+        "L",
+        "--at",
+        "3",
+        "--new-id",
+        "F",
+        "--keep-effects",
+        "--store",
+        ledger_task,
+    )
     assert code == 0, err
     forked = head_state(ledger_task, "F")
     assert forked["version"] == 1

@@ -7,6 +7,8 @@ down in-process, where a crash is an exception that escapes the runtime.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 import subprocess
 import sys
@@ -32,10 +34,11 @@ from skillstate import (
 )
 from skillstate.engine.actions import Action
 from skillstate.engine.doctor import diagnose
-from skillstate.engine.edits import fork_task, replace_state, set_fields
+from skillstate.engine.edits import replace_state, set_fields
 from skillstate.engine.lease import default_worker
+from skillstate.engine.rewind import fork_task
 from skillstate.engine.runtime import Runtime
-from skillstate.errors import LeaseHeld, StaleState
+from skillstate.errors import EffectsCrossed, LeaseHeld, StaleState
 from skillstate.store.memory import MemoryStore
 from skillstate.store.sqlite import SQLiteStore
 
@@ -69,6 +72,16 @@ class Outbox:
 
     def send(self, key: str, n: int) -> None:
         self.sent.append(f"{key} #{n}")
+
+
+def send_key(position: int, n: int) -> str:
+    """The idempotency key of sending message ``n`` as the task's step ``position``."""
+    digest = hashlib.sha256(json.dumps({"n": n}, separators=(",", ":")).encode()).hexdigest()
+    return f"t:{position}-send-{digest[:8]}"
+
+
+K1, K2 = send_key(1, 1), send_key(2, 2)
+SENT = [f"{K1} #1", f"{K2} #2"]
 
 
 def send_agent(outbox: Outbox) -> Agent:
@@ -155,10 +168,10 @@ class TestEffects:
             "finish",
         ]
         intent = store.checkpoint("t", 2).state["pending_effect"]
-        assert intent["key"] == "t:0002-send"
+        assert intent["key"] == K1
         assert intent["params"] == {"n": 1}
         assert store.checkpoint("t", 3).state["pending_effect"] is None
-        assert outbox.sent == ["t:0002-send #1", "t:0004-send #2"]
+        assert outbox.sent == SENT
 
     def test_crash_after_the_effect_is_not_repeated(self) -> None:
         """Killed between the effect and its commit: resume finds it by probe, runs nothing."""
@@ -168,11 +181,11 @@ class TestEffects:
         agent = send_agent(outbox)
         with pytest.raises(Crash):
             Runtime(agent, store).run("t")
-        assert store.load("t").state["pending_effect"]["key"] == "t:0002-send"
+        assert store.load("t").state["pending_effect"]["key"] == K1
         runs = outbox.runs
         result = Runtime(agent, store).run("t")
         assert result.stopped == "completed"
-        assert outbox.sent == ["t:0002-send #1", "t:0004-send #2"]
+        assert outbox.sent == SENT
         assert outbox.runs == runs + 1  # only message 2 ran; message 1 was probed
         resumed = [e for e in store.events("t") if e.action["kind"] == "effect_resumed"]
         assert len(resumed) == 1
@@ -187,8 +200,8 @@ class TestEffects:
         with pytest.raises(Crash):
             Runtime(agent, store).run("t")
         Runtime(agent, store).run("t")
-        assert outbox.sent == ["t:0002-send #1", "t:0004-send #2"]
-        assert outbox.keys.count("t:0004-send") == 2  # same key on the retry after resume
+        assert outbox.sent == SENT
+        assert outbox.keys.count(K2) == 2  # same key on the retry after resume
 
     def test_failed_attempt_is_probed_before_retry(self) -> None:
         """An error after the effect happened: the retry probes and does not send again."""
@@ -197,7 +210,7 @@ class TestEffects:
         store = MemoryStore()
         result = Runtime(send_agent(outbox), store).run("t")
         assert result.stopped == "completed"
-        assert outbox.sent == ["t:0002-send #1", "t:0004-send #2"]
+        assert outbox.sent == SENT
 
     def test_resumed_state_equals_uninterrupted(self) -> None:
         """Crashes anywhere leave the same final state as a run without them."""
@@ -384,7 +397,9 @@ class TestHumanEdits:
         """fork copies a kept version into a new task at version 1; the source is untouched."""
         store, agent = self._task()
         source_head = store.load("t")
-        forked = fork_task(store, agent, "t", 3, "t2")
+        with pytest.raises(EffectsCrossed, match="t:2-send"):
+            fork_task(store, agent, "t", 3, "t2")  # "t" sent message 2 after version 3
+        forked = fork_task(store, agent, "t", 3, "t2", effects="keep")
         assert forked.task_id == "t2"
         assert forked.version == 1
         assert forked.sent == 1
@@ -392,6 +407,8 @@ class TestHumanEdits:
             "kind": "fork",
             "from_task": "t",
             "from_version": 3,
+            "effects": "keep",
+            "crossed": [K2],
         }
         assert store.load("t") == source_head
         result = Runtime(agent, store).run("t2")

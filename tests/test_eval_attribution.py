@@ -163,8 +163,18 @@ def test_unattended_agents_are_not_offered_ask_user() -> None:
     ]
 
 
-def test_a_model_that_never_replies_validly_is_stopped_early(tmp_path: Path) -> None:
-    """--max-invalid: three invalid decisions in a row end the task, a recorded failure."""
+@pytest.mark.parametrize(
+    ("max_invalid", "steps", "failure"),
+    [
+        (2, 2, "stopped: 2 invalid decisions in a row"),
+        # The same invalid reply three times: the stall guard stops the task first.
+        (5, 3, "stalled: the same decision failed 3 times: invalid reply"),
+    ],
+)
+def test_a_model_that_never_replies_validly_is_stopped_early(
+    tmp_path: Path, max_invalid: int, steps: int, failure: str
+) -> None:
+    """--max-invalid, or the stall guard: invalid decisions in a row end the task, recorded."""
     from skillstate.llm.replay import ScriptedProvider
 
     def factory(spec: TaskSpec, variant: Variant, env: Environment, store: Store) -> Provider:
@@ -177,12 +187,13 @@ def test_a_model_that_never_replies_validly_is_stopped_early(tmp_path: Path) -> 
         factory=factory,
         workdir=tmp_path,
         max_repairs=0,
-        max_invalid=3,
+        max_invalid=max_invalid,
         recovery=False,
     )
     assert not result.success
-    assert result.steps == 3
-    assert result.failure == "stopped: 3 invalid decisions in a row"
+    assert result.steps == steps
+    assert result.failure is not None
+    assert result.failure.startswith(failure)
     assert result.first_bad_step == 1
     assert result.first_bad_reason is not None
     assert "not JSON" in result.first_bad_reason

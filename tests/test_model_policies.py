@@ -256,7 +256,8 @@ def test_fuzz_through_the_runtime() -> None:
     )
     agent = with_model(lambda m, s: next(garbage), max_repairs=2)
     store = MemoryStore()
-    runtime = Runtime(agent, store, max_steps=20)
+    # The stall guard would stop this after 10 (tests/test_guard.py): off, to fuzz 20.
+    runtime = Runtime(agent, store, max_steps=20, max_stalled=None, max_repeats=None)
     result = runtime.run("t")
     assert result.stopped == "max_steps"
     state = result.state

@@ -136,9 +136,9 @@ def once(action: Action) -> Callable[[View], Action]:
 
 
 def bookkeeping_free(state: AgentState) -> dict[str, Any]:
-    """The state minus what every decision touches (version, errors, usage totals)."""
+    """The state minus what every decision touches (version, errors, usage, the stall guard)."""
     data = state.to_json()
-    for key in ("version", "errors", "usage"):
+    for key in ("version", "errors", "usage", "no_progress", "tried"):
         data.pop(key)
     return data
 

@@ -27,7 +27,8 @@ _EXPORTS: dict[str, str] = {
     "RunResult": "skillstate.engine.runtime",
     "Runtime": "skillstate.engine.runtime",
     "StepReport": "skillstate.engine.runtime",
-    "rollback_task": "skillstate.engine.edits",
+    "rollback_task": "skillstate.engine.rewind",
+    "fork_task": "skillstate.engine.rewind",
     "ActionRejected": "skillstate.errors",
     "AgentImportError": "skillstate.errors",
     "ArtifactNotFound": "skillstate.errors",
@@ -42,6 +43,9 @@ _EXPORTS: dict[str, str] = {
     "TaskNotFound": "skillstate.errors",
     "ToolNotAllowed": "skillstate.errors",
     "UsageError": "skillstate.errors",
+    "CompensationFailed": "skillstate.errors",
+    "EffectsCrossed": "skillstate.errors",
+    "InvariantBroken": "skillstate.errors",
     "Event": "skillstate.events",
     "SkillTransition": "skillstate.events",
     "ToolCall": "skillstate.events",
@@ -51,6 +55,7 @@ _EXPORTS: dict[str, str] = {
     "Outcome": "skillstate.skills.skill",
     "Skill": "skillstate.skills.skill",
     "SkillContext": "skillstate.skills.skill",
+    "ToolError": "skillstate.skills.skill",
     "StateMachine": "skillstate.state.machine",
     "Sensitive": "skillstate.state.secrets",
     "migration": "skillstate.state.migrate",
@@ -58,6 +63,8 @@ _EXPORTS: dict[str, str] = {
     "Decision": "skillstate.state.model",
     "ErrorEntry": "skillstate.state.model",
     "Evidence": "skillstate.state.model",
+    "Compensation": "skillstate.state.model",
+    "FailedAttempt": "skillstate.state.model",
     "StepRecord": "skillstate.state.model",
     "TaskStatus": "skillstate.state.model",
     "View": "skillstate.state.view",
@@ -70,15 +77,18 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:
     from skillstate.engine.actions import Action, AskUser, CallSkill, Fail, Finish, parse_action
     from skillstate.engine.agent import Agent, load_agent
-    from skillstate.engine.edits import rollback_task
     from skillstate.engine.policy import Policy, ScriptedPolicy
+    from skillstate.engine.rewind import fork_task, rollback_task
     from skillstate.engine.runtime import RunResult, Runtime, StepReport
     from skillstate.errors import (
         ActionRejected,
         AgentImportError,
         ArtifactNotFound,
+        CompensationFailed,
+        EffectsCrossed,
         IllegalTransition,
         InvalidStoreURL,
+        InvariantBroken,
         MissingExtra,
         OutputNotDeclared,
         SkillstateError,
@@ -91,14 +101,16 @@ if TYPE_CHECKING:
     )
     from skillstate.events import Event, SkillTransition, ToolCall, Verdict
     from skillstate.skills.registry import SkillRegistry
-    from skillstate.skills.skill import NoParams, Outcome, Skill, SkillContext
+    from skillstate.skills.skill import NoParams, Outcome, Skill, SkillContext, ToolError
     from skillstate.state.machine import StateMachine
     from skillstate.state.migrate import migration
     from skillstate.state.model import (
         AgentState,
+        Compensation,
         Decision,
         ErrorEntry,
         Evidence,
+        FailedAttempt,
         StepRecord,
         TaskStatus,
     )
@@ -132,14 +144,19 @@ __all__ = [
     "AskUser",
     "CallSkill",
     "Checkpoint",
+    "Compensation",
+    "CompensationFailed",
     "Decision",
+    "EffectsCrossed",
     "ErrorEntry",
     "Event",
     "Evidence",
     "Fail",
+    "FailedAttempt",
     "Finish",
     "IllegalTransition",
     "InvalidStoreURL",
+    "InvariantBroken",
     "MissingExtra",
     "NoParams",
     "Outcome",
@@ -164,11 +181,13 @@ __all__ = [
     "TaskNotFound",
     "TaskStatus",
     "ToolCall",
+    "ToolError",
     "ToolNotAllowed",
     "UsageError",
     "Verdict",
     "View",
     "__version__",
+    "fork_task",
     "load_agent",
     "migration",
     "open_store",

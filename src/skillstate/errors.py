@@ -9,7 +9,9 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   ├── InvalidStoreURL         a store URL no backend understands
     │   ├── AgentImportError        MODULE:ATTR does not name an Agent
     │   ├── MissingExtra            an optional dependency is not installed
-    │   └── SecretKeyMissing        a sensitive field needs SKILLSTATE_KEY (or the key is wrong)
+    │   ├── SecretKeyMissing        a sensitive field needs SKILLSTATE_KEY (or the key is wrong)
+    │   ├── EffectsCrossed          a rollback or fork would cross effects that reached the world
+    │   └── InvariantBroken         a hand edit would break one of the agent's invariants
     ├── StoreError                  a backend failed; driver errors are wrapped here
     │   ├── Conflict                another writer or worker got there first (exit 3)
     │   │   ├── StaleState          compare-and-set lost: someone committed first
@@ -24,6 +26,7 @@ that callers (and the CLI's exit codes) can tell them apart::
     │                               invalid params); recorded in the error log
     │   └── DecisionFailed          a model's replies stayed invalid after every repair
     ├── ProviderError               a model call failed (network, server, missing model)
+    ├── CompensationFailed          undoing an effect (a skill's rollback hook) failed
     └── ToolNotAllowed              a skill called a tool it did not declare
 
 Lower-level errors (sqlite3, pydantic, jsonpatch) are translated at the boundary
@@ -66,6 +69,23 @@ class MissingExtra(UsageError, ImportError):
 
 class SecretKeyMissing(UsageError):
     """A sensitive field cannot be stored or read: ``SKILLSTATE_KEY`` is unset or wrong."""
+
+
+class EffectsCrossed(UsageError):
+    """A rollback or fork would cross effects that already reached the world.
+
+    Nothing was written. Choose ``compensate`` (undo them with each skill's
+    ``rollback`` hook, newest first) or ``keep`` (leave them; a re-done step finds
+    its effect by its key instead of repeating it).
+    """
+
+    def __init__(self, message: str, effects: Iterable[object] = ()) -> None:
+        super().__init__(message)
+        self.effects = tuple(effects)
+
+
+class InvariantBroken(UsageError):
+    """A change would leave the task in a state one of the agent's invariants forbids."""
 
 
 class StoreError(SkillstateError):
@@ -210,6 +230,14 @@ def is_context_overflow(text: str) -> bool:
     """Whether a provider's error message says the prompt did not fit."""
     lowered = text.lower()
     return any(hint in lowered for hint in _OVERFLOW_HINTS)
+
+
+class CompensationFailed(SkillstateError):
+    """A skill's ``rollback`` hook raised while undoing an effect.
+
+    The effect stays queued in the card (``compensations``): fix the cause and
+    resume to try again, or clear it by hand once the world is put right.
+    """
 
 
 class ToolNotAllowed(SkillstateError, PermissionError):

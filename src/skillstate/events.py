@@ -33,14 +33,17 @@ class Verdict(_Record):
 
     ok: bool
     reason: str = ""
+    permanent: bool = False
+    """For a failure: retrying cannot help (the input is wrong, not the luck), so the
+    runtime does not retry the step; its rollback runs at once."""
 
     @classmethod
     def passed(cls, reason: str = "") -> Verdict:
         return cls(ok=True, reason=reason)
 
     @classmethod
-    def failed(cls, reason: str) -> Verdict:
-        return cls(ok=False, reason=reason)
+    def failed(cls, reason: str, *, permanent: bool = False) -> Verdict:
+        return cls(ok=False, reason=reason, permanent=permanent)
 
 
 class ToolCall(_Record):

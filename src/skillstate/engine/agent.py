@@ -21,9 +21,15 @@ from skillstate.skills.registry import SkillRegistry
 from skillstate.state.machine import StateMachine
 from skillstate.state.migrate import chain_problems, validate_state
 from skillstate.state.model import AgentState, TaskStatus
+from skillstate.state.redact import RedactionPolicy
+from skillstate.state.secrets import sensitive_fields
 from skillstate.state.view import VALUE_CHARS, View, render_view
 
-__all__ = ["Agent", "load_agent"]
+__all__ = ["Agent", "Invariant", "load_agent"]
+
+Invariant = Callable[[Any], "bool | str | None"]
+DEFAULT_POLICY = RedactionPolicy()
+"""``fn(state) -> True | None`` (holds) or ``False | "what is wrong"`` (broken)."""
 
 
 @dataclass
@@ -57,6 +63,55 @@ class Agent:
     """Whether the policy may ask the user. Off for unattended runs (an evaluation,
     a batch job): the action is then not offered at all, so a model cannot stall
     the task on a question nobody will answer."""
+    finish_with_pending: bool = False
+    """Whether ``Finish`` may end a task while ``pending_steps`` remain. Off by
+    default: a plan step that never ran is a task that is not done."""
+    redaction: RedactionPolicy = DEFAULT_POLICY
+    """What is masked wherever text leaves the process (the stored card, events,
+    tool outputs, views, transcripts): key names such as ``access_token`` or
+    ``user_phone`` and values shaped like tokens, card, phone or ID numbers.
+    ``RedactionPolicy.OFF`` masks only the plaintext of ``Sensitive`` fields."""
+    invariants: list[tuple[str, Invariant]] = field(default_factory=list)
+    """Rules every committed state must satisfy, checked before every commit, the
+    runtime's and a person's alike (add them with :meth:`invariant`)."""
+
+    def invariant(self, fn: Invariant) -> Invariant:
+        """Register ``fn(state)`` as an invariant (usable as a decorator).
+
+        It returns ``True`` or ``None`` when the state is acceptable, and ``False``
+        or a message saying what is wrong when it is not. A step that would break
+        an invariant is refused like a failing verify; a hand edit is refused with
+        the message.
+        """
+        name = getattr(fn, "__name__", "invariant")
+        self.invariants.append((name, fn))
+        return fn
+
+    def broken_invariant(self, state: AgentState) -> str | None:
+        """The first invariant ``state`` breaks, as ``name: message``; ``None`` if none."""
+        for name, fn in self.invariants:
+            try:
+                verdict = fn(state)
+            except Exception as exc:
+                return f"{name}: raised {type(exc).__name__}: {exc}"
+            if verdict is None or verdict is True:
+                continue
+            message = verdict if isinstance(verdict, str) and verdict else "does not hold"
+            return f"{name}: {message}"
+        return None
+
+    def can_continue_from(self, step: str, *, pending: Sequence[str] = ()) -> bool:
+        """Whether some action could still apply once the task is in ``step``.
+
+        True when a skill may run from there (its step is reachable, or it keeps the
+        current step) or the task may finish there. ``when`` is not asked: the next
+        input can change it.
+        """
+        machine = self.machine
+        if any(s.step is None or machine.can(step, s.step) for s in self.skills):
+            return True
+        can_finish = step in machine.final or machine.finish_step(step) is not None
+        return can_finish and (not pending or self.finish_with_pending)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -80,6 +135,14 @@ class Agent:
                         f"skill {skill.name!r} declares output {output!r}, "
                         f"but {self.state_type.__name__} has no field {top!r}"
                     )
+        hidden = sensitive_fields(self.state_type)
+        for name in self.state_type.custom_fields():
+            if name not in hidden and self.redaction.masks_name(name):
+                # Masked in the stored card, the value would be lost to the next step.
+                problems.append(
+                    f"field {name!r} looks sensitive to the redaction policy: declare it "
+                    "Sensitive[...] (sealed, usable) or add it to the policy's exempt_names"
+                )
         problems += chain_problems(self.state_type)
         if problems:
             raise UsageError(f"agent {self.name!r} is invalid: " + "; ".join(problems))

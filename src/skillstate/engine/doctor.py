@@ -88,4 +88,21 @@ def diagnose(store: Store, task_id: str, agent: Agent | None) -> DoctorReport:
             except (StateCorrupted, SchemaTooNew, SecretKeyMissing) as exc:
                 report.findings.append(Finding(info.version, str(exc)))
         previous = (info.version, document)
+    if agent is not None and report.head is not None:
+        report.findings += _card_findings(store, task_id, agent, report.head)
     return report
+
+
+def _card_findings(store: Store, task_id: str, agent: Agent, head: int) -> list[Finding]:
+    """What is wrong with the head *as a card* of this agent (a hand edit may have done it)."""
+    from skillstate.engine.edits import card_problems
+
+    try:
+        state = agent.parse_state(store.load(task_id).state, task_id=task_id)
+    except (StateCorrupted, SchemaTooNew, SecretKeyMissing):
+        return []  # already reported above
+    found = [Finding(head, problem) for problem in card_problems(agent, state)]
+    broken = agent.broken_invariant(state)
+    if broken is not None:
+        found.append(Finding(head, f"invariant {broken}"))
+    return found

@@ -1,15 +1,24 @@
-"""Changes made by a person rather than by the policy: set, edit, fork, rollback.
+"""Changes made by a person rather than by the policy: ``set`` and ``edit``.
 
-Each is validated against the agent's state class before anything is written,
-and committed like any step: one atomic compare-and-set with an event whose
-actor is ``human``, so the audit log shows who changed what. The patch is made
-against the raw stored head (which may predate a schema migration), because
-that is what the store replays deltas over.
+A hand edit goes through the same rules as a step. It is validated against the
+agent's state class; the agent's invariants must hold afterwards; the task's
+step moves only along a declared transition; fields the runtime owns (status,
+the step lists, usage, the error log...) change only with ``force``; and the
+card must stay consistent (a completed task is in a final step, a waiting one
+has a question). It is committed like any step: one atomic compare-and-set
+with an event whose actor is ``human``, so the audit log shows who changed what.
+
+These are also the repair path of a corrupted head: the change is applied to
+the raw stored document, and it is committed only if the result validates. The
+patch is made against the raw stored head (which may predate a schema
+migration), because that is what the store replays deltas over.
 """
 
 from __future__ import annotations
 
+import copy
 import os
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,61 +26,82 @@ from pydantic import ValidationError
 
 from skillstate._validation import first_error
 from skillstate.engine.agent import Agent
-from skillstate.errors import StateError, TaskNotFound, UsageError
+from skillstate.errors import (
+    InvariantBroken,
+    StaleState,
+    StateCorrupted,
+    StateError,
+    UsageError,
+)
 from skillstate.events import Event
 from skillstate.state.diff import make_patch
-from skillstate.state.model import AgentState
-from skillstate.state.secrets import sensitive_fields
-from skillstate.store.base import Checkpoint, Store
+from skillstate.state.model import PROTECTED_FIELDS, AgentState, TaskStatus
+from skillstate.state.secrets import MASK, mask, sensitive_fields
+from skillstate.store.base import Store
 
 __all__ = [
     "HUMAN_READONLY",
+    "RUNTIME_OWNED",
+    "card_problems",
     "edit_in_editor",
-    "fork_task",
     "replace_state",
-    "rollback_task",
     "set_fields",
 ]
 
-#: Fields a person may not change: they identify the version chain itself.
+#: Fields a person may not change at all: they identify the version chain itself,
+#: or an effect the runtime is settling.
 HUMAN_READONLY = frozenset({"task_id", "version", "schema_version", "pending_effect"})
 
-MASK = "***"
+#: Fields only the runtime moves; a person changes them with ``force`` (``--force``).
+#: ``goal``, ``constraints`` and ``current_step`` are the task's definition and
+#: position: a person may change those (the step only along a declared transition).
+RUNTIME_OWNED = PROTECTED_FIELDS - HUMAN_READONLY - {"goal", "constraints", "current_step"}
 
 
-def set_fields(store: Store, agent: Agent, task_id: str, writes: Mapping[str, Any]) -> AgentState:
+def set_fields(
+    store: Store, agent: Agent, task_id: str, writes: Mapping[str, Any], *, force: bool = False
+) -> AgentState:
     """Apply dotted-path ``writes`` (``facts.total=3``, ``priority=P1``) as one human commit."""
     if not writes:
         raise UsageError("nothing to set: give PATH=VALUE")
-    for path in writes:
-        if path.split(".")[0] in HUMAN_READONLY:
-            raise UsageError(f"{path!r} cannot be set by hand (it identifies the version chain)")
     head = store.load(task_id)
-    state = agent.parse_state(head.state)
-    try:
-        after = state.with_writes(writes)
-    except StateError as exc:
-        raise UsageError(str(exc)) from exc
+    before = _parse_or_none(agent, head.state, task_id)
+    if before is not None:
+        try:
+            after = before.with_writes(writes)
+        except StateError as exc:
+            raise UsageError(str(exc)) from exc
+    else:
+        after = _repaired(agent, task_id, head.state, writes)
+    changed = {path.split(".")[0] for path in writes}
+    check_human_change(agent, before, after, changed, force=force)
     hidden = sensitive_fields(agent.state_type)
     shown = {p: MASK if p.split(".")[0] in hidden else v for p, v in writes.items()}
-    return _human_commit(store, head.state, after, {"kind": "set", "writes": shown})
+    action: dict[str, Any] = {"kind": "set", "writes": shown}
+    if force:
+        action["force"] = True
+    return _human_commit(store, head.state, after, action)
 
 
 def replace_state(
-    store: Store, agent: Agent, task_id: str, expected_version: int, document: Mapping[str, Any]
+    store: Store,
+    agent: Agent,
+    task_id: str,
+    expected_version: int,
+    document: Mapping[str, Any],
+    *,
+    force: bool = False,
 ) -> AgentState | None:
     """Commit an edited copy of the state read at ``expected_version``; None if unchanged.
 
     Sensitive fields left as ``***`` (how ``edit`` shows them) keep their value.
     """
     head = store.load(task_id)
-    state = agent.parse_state(head.state)
-    if state.version != expected_version:
+    if head.version != expected_version:
         # Someone committed while the editor was open: refuse rather than overwrite.
-        from skillstate.errors import StaleState
-
-        raise StaleState(task_id, expected_version, state.version)
-    current = state.model_dump(mode="json")
+        raise StaleState(task_id, expected_version, head.version)
+    before = _parse_or_none(agent, head.state, task_id)
+    current = before.model_dump(mode="json") if before is not None else dict(head.state)
     edited = dict(document)
     for name in sensitive_fields(agent.state_type):
         if edited.get(name) == MASK:
@@ -84,35 +114,38 @@ def replace_state(
         after = agent.state_type.model_validate(edited)
     except ValidationError as exc:
         raise UsageError(f"edited state is invalid: {first_error(exc, 'state')}") from exc
-    if after == state:
+    if before is not None and after == before:
         return None
-    changed = sorted(k for k in edited if edited[k] != current.get(k))
-    return _human_commit(store, head.state, after, {"kind": "edit", "fields": changed})
+    changed = {k for k in set(edited) | set(current) if edited.get(k) != current.get(k)}
+    check_human_change(agent, before, after, changed, force=force)
+    action: dict[str, Any] = {"kind": "edit", "fields": sorted(changed)}
+    if force:
+        action["force"] = True
+    return _human_commit(store, head.state, after, action)
 
 
-def edit_in_editor(store: Store, agent: Agent, task_id: str) -> AgentState | None:
+def edit_in_editor(
+    store: Store, agent: Agent, task_id: str, *, force: bool = False
+) -> AgentState | None:
     """Open the state as YAML in ``$VISUAL``/``$EDITOR`` and commit what was saved.
 
     Returns None when the file was saved unchanged. Sensitive values are shown as
-    ``***`` and kept unless replaced.
+    ``***`` and kept unless replaced. A corrupted head opens as its raw document,
+    with the problem in the header. When the saved text is refused, it is kept in
+    a file the error names, to fix and apply with ``edit --file``.
     """
     import shlex
     import subprocess
-    import tempfile
 
-    import yaml
-
-    from skillstate.state.secrets import mask
-
-    state = agent.parse_state(store.load(task_id).state)
-    shown = mask(agent.state_type, state.model_dump(mode="json"))
-    header = (
-        f"# skillstate edit: task {task_id}, version {state.version}.\n"
-        "# Save and quit to commit (validated first); quit without saving to cancel.\n"
-        "# task_id, version, schema_version and pending_effect cannot change;\n"
-        "# *** hides a sensitive value, which is kept unless you replace it.\n"
-    )
-    text = header + yaml.safe_dump(shown, allow_unicode=True, sort_keys=False)
+    head = store.load(task_id)
+    problem = ""
+    try:
+        state = agent.parse_state(head.state, task_id=task_id)
+        shown = mask(agent.state_type, state.model_dump(mode="json"))
+    except StateCorrupted as exc:
+        problem = f"# THE STORED STATE IS CORRUPTED: {exc.reason}\n# Fix it below.\n"
+        shown = mask(agent.state_type, dict(head.state))
+    text = edit_header(task_id, head.version) + problem + dump_yaml(shown)
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     with tempfile.TemporaryDirectory(prefix="skillstate-edit-") as tmp:
         path = os.path.join(tmp, f"{_safe_name(task_id)}.yaml")
@@ -128,90 +161,174 @@ def edit_in_editor(store: Store, agent: Agent, task_id: str) -> AgentState | Non
             edited_text = handle.read()
     if edited_text == text:
         return None
+    return apply_edit(store, agent, task_id, edited_text, head.version, force=force)
+
+
+def apply_edit(
+    store: Store,
+    agent: Agent,
+    task_id: str,
+    text: str,
+    expected_version: int | None = None,
+    *,
+    force: bool = False,
+    keep: bool = True,
+) -> AgentState | None:
+    """Commit the YAML ``text`` of an edited card (what ``edit`` and ``edit --file`` do).
+
+    ``expected_version`` defaults to the ``version`` the text holds. When the text
+    is refused and ``keep`` is true, it is saved to a file that the error names.
+    """
+    import yaml
+
     try:
-        edited = yaml.safe_load(edited_text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0]
-        raise UsageError(f"edited file is not valid YAML: {first}; nothing was changed") from exc
-    if not isinstance(edited, dict):
-        raise UsageError("edited file must hold a YAML mapping of fields; nothing was changed")
-    return replace_state(store, agent, task_id, state.version, edited)
+        try:
+            edited = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0]
+            raise UsageError(f"edited file is not valid YAML: {first}") from exc
+        if not isinstance(edited, dict):
+            raise UsageError("edited file must hold a YAML mapping of fields")
+        version = expected_version
+        if version is None:
+            version = edited.get("version")
+            if not isinstance(version, int):
+                raise UsageError("edited file has no integer `version` to check against")
+        return replace_state(store, agent, task_id, version, edited, force=force)
+    except UsageError as exc:
+        if not keep:
+            raise
+        kept = _keep(task_id, text)
+        raise UsageError(
+            f"{exc}; nothing was changed. Your edit is kept in {kept}: fix it and run "
+            f"skillstate edit {task_id} --file {kept}"
+        ) from exc
+
+
+def edit_header(task_id: str, version: int) -> str:
+    return (
+        f"# skillstate edit: task {task_id}, version {version}.\n"
+        "# Save and quit to commit (validated first); quit without saving to cancel.\n"
+        "# task_id, version, schema_version and pending_effect cannot change;\n"
+        "# fields the runtime owns (status, step lists, errors, usage) need --force;\n"
+        "# *** hides a sensitive value, which is kept unless you replace it.\n"
+    )
+
+
+def dump_yaml(document: Mapping[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(dict(document), allow_unicode=True, sort_keys=False)
+
+
+def check_human_change(
+    agent: Agent,
+    before: AgentState | None,
+    after: AgentState,
+    changed: set[str],
+    *,
+    force: bool,
+) -> None:
+    """Raise ``UsageError`` unless a person may move the task from ``before`` to ``after``.
+
+    ``before`` is ``None`` when the stored head did not validate (a repair).
+    """
+    frozen = sorted(changed & HUMAN_READONLY)
+    if frozen:
+        raise UsageError(f"{frozen[0]!r} cannot be changed by hand (it identifies the chain)")
+    owned = sorted(changed & RUNTIME_OWNED)
+    if owned and not force:
+        raise UsageError(
+            f"{', '.join(owned)} {'is' if len(owned) == 1 else 'are'} owned by the runtime; "
+            "pass --force to change it by hand"
+        )
+    machine = agent.machine
+    if after.current_step not in machine.steps:
+        raise UsageError(
+            f"current_step {after.current_step!r} is not a step of agent {agent.name!r} "
+            f"(steps: {', '.join(machine.steps)})"
+        )
+    if (
+        before is not None
+        and before.current_step != after.current_step
+        and not machine.can(before.current_step, after.current_step)
+        and not force
+    ):
+        allowed = ", ".join(sorted(machine.allowed(before.current_step))) or "none"
+        raise UsageError(
+            f"current_step moves only along declared transitions: {before.current_step} -> "
+            f"{after.current_step} is not one (allowed: {allowed}); --force jumps anyway"
+        )
+    problems = card_problems(agent, after)
+    if problems:
+        raise UsageError(f"the card would be inconsistent: {problems[0]}")
+    broken = agent.broken_invariant(after)
+    if broken is not None:
+        raise InvariantBroken(f"refused: invariant {broken}")
+
+
+def card_problems(agent: Agent, state: AgentState) -> list[str]:
+    """What makes ``state`` inconsistent for ``agent``, whoever wrote it (doctor asks too)."""
+    problems: list[str] = []
+    machine = agent.machine
+    if state.current_step not in machine.steps:
+        problems.append(f"current_step {state.current_step!r} is not a declared step")
+    if state.status is TaskStatus.COMPLETED and state.current_step not in machine.final:
+        problems.append(
+            f"status completed but current_step {state.current_step!r} is not a final step"
+        )
+    if state.status is TaskStatus.WAITING_USER and not state.question:
+        problems.append("status waiting_user but there is no question")
+    if state.status.is_terminal and (state.pending_effect or state.compensations):
+        problems.append(f"status {state.status.value} with unfinished effects")
+    return problems
+
+
+def _parse_or_none(agent: Agent, document: Mapping[str, Any], task_id: str) -> AgentState | None:
+    try:
+        return agent.parse_state(document, task_id=task_id)
+    except StateCorrupted:
+        return None
+
+
+def _repaired(
+    agent: Agent, task_id: str, document: Mapping[str, Any], writes: Mapping[str, Any]
+) -> AgentState:
+    """A corrupted head's raw document with ``writes`` applied, if that makes it valid."""
+    data = copy.deepcopy(dict(document))
+    for path, value in writes.items():
+        parts = path.split(".")
+        node = data
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = value
+    try:
+        return agent.parse_state(data, task_id=task_id)
+    except StateCorrupted as exc:
+        raise UsageError(f"the stored state is corrupted and still would be: {exc.reason}") from exc
+
+
+def _keep(task_id: str, text: str) -> str:
+    """Save a refused edit where the person can find it again."""
+    fd, path = tempfile.mkstemp(prefix=f"skillstate-edit-{_safe_name(task_id)}-", suffix=".yaml")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
 
 
 def _safe_name(task_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)[:80] or "task"
 
 
-def fork_task(store: Store, agent: Agent, task_id: str, at_version: int, new_id: str) -> AgentState:
-    """Start task ``new_id`` from version ``at_version`` of ``task_id`` (version 1 of the fork)."""
-    try:
-        store.load(new_id)
-    except TaskNotFound:
-        pass
-    else:
-        raise UsageError(f"task {new_id!r} already exists; pick another --new-id")
-    source = agent.parse_state(_kept(store, task_id, at_version).state)
-    if source.pending_effect is not None:
-        # The fork would get a new idempotency key and could repeat an effect that
-        # already happened in the original task.
-        raise UsageError(
-            f"version {at_version} of {task_id!r} has an effect in flight "
-            f"({source.pending_effect.skill}); fork at {at_version - 1} or {at_version + 1}"
-        )
-    forked = source.evolve(task_id=new_id, version=1)
-    document = forked.to_json()
-    event = Event(
-        task_id=new_id,
-        version=1,
-        actor="human",
-        action={"kind": "fork", "from_task": task_id, "from_version": at_version},
-    )
-    store.commit(new_id, 0, document, event)
-    return forked
-
-
-def rollback_task(store: Store, task_id: str, to_version: int) -> int:
-    """Make the state of ``to_version`` the new head, as a new commit.
-
-    History is kept: the rollback is itself a version with its own event, and can
-    be rolled back in turn. Returns the new version.
-    """
-    head = store.load(task_id)
-    if not 1 <= to_version < head.version:
-        raise UsageError(
-            f"--to must be between 1 and {head.version - 1} (task {task_id!r} is at "
-            f"version {head.version})"
-        )
-    target = _kept(store, task_id, to_version)
-    document = dict(target.state)
-    document["version"] = head.version + 1
-    event = Event(
-        task_id=task_id,
-        version=head.version + 1,
-        actor="human",
-        action={"kind": "rollback", "to_version": to_version},
-        patch=make_patch(head.state, document),
-    )
-    return store.commit(task_id, head.version, document, event)
-
-
-def _kept(store: Store, task_id: str, version: int) -> Checkpoint:
-    """A kept checkpoint; asking for one that does not exist (or was pruned) is bad input."""
-    kept = [info.version for info in store.checkpoints(task_id)]
-    if version not in kept:
-        span = f"{kept[0]}..{kept[-1]}" if kept else "none"
-        raise UsageError(
-            f"task {task_id!r} has no kept checkpoint at version {version} "
-            f"({len(kept)} kept, {span}; see skillstate checkpoints {task_id})"
-        )
-    return store.checkpoint(task_id, version)
-
-
 def _human_commit(
     store: Store, raw_head: dict[str, Any], after: AgentState, action: dict[str, Any]
 ) -> AgentState:
     version = int(raw_head.get("version", 0))
-    final = after.evolve(version=version + 1)
+    final = after.replace(version=version + 1)
     document = final.to_json()
     event = Event(
         task_id=final.task_id,

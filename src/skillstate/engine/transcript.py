@@ -18,7 +18,9 @@ from skillstate.errors import ArtifactNotFound
 from skillstate.events import Event
 from skillstate.llm.base import Message
 from skillstate.llm.tokens import count_tokens
+from skillstate.state.redact import Redactor
 from skillstate.store.base import Store
+from skillstate.store.sealing import read_artifact
 
 __all__ = ["DecisionTokens", "compare_prompts", "conversation", "history_messages"]
 
@@ -77,12 +79,18 @@ def _walk(store: Store, task_id: str) -> Iterator[tuple[Event, list[Message]]]:
         messages = _fold(store, messages, event)
 
 
-def conversation(store: Store, task_id: str) -> list[Message]:
-    """The whole conversation of a task so far (what :class:`HistoryPolicy` sends)."""
+def conversation(store: Store, task_id: str, *, redactor: Redactor | None = None) -> list[Message]:
+    """The whole conversation of a task so far (what :class:`HistoryPolicy` sends).
+
+    ``redactor`` masks what the stored pieces may still hold for the *current* card:
+    a tool output stored before the step that made its token a secret.
+    """
     messages = _opening(store, task_id)
     for event in store.events(task_id):
         messages = _fold(store, messages, event)
-    return messages
+    if redactor is None:
+        return messages
+    return [Message(m.role, redactor.text(m.content)) for m in messages]
 
 
 def history_messages(store: Store, task_id: str, agent: Agent) -> list[list[dict[str, str]]]:
@@ -110,6 +118,6 @@ def _raw(store: Store, ref: str | None, fallback: str) -> str:
     if ref is None:
         return fallback
     try:
-        return store.get_artifact(ref).decode("utf-8", errors="replace")
+        return read_artifact(store, ref).decode("utf-8", errors="replace")
     except ArtifactNotFound:
         return fallback

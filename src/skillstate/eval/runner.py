@@ -173,6 +173,8 @@ def _execute(
             run.failure = f"stopped: {max_invalid} invalid decisions in a row"
         elif result.stopped == "waiting_user":
             run.failure = "asked the user (no user in the evaluation)"
+        elif result.stopped == "stalled":
+            run.failure = result.state.errors[-1].message  # the stall guard's reason
         elif result.stopped == "failed":
             run.failure = "the policy gave up"
     except ContextOverflow as exc:

@@ -9,6 +9,12 @@ records the outcome it finds or appends the line once: never zero times, never
 twice. ``verify`` reads the file itself: the line for this key must be there
 exactly once.
 
+Effects cannot be taken back by rolling the card back: ``skillstate rollback <task>
+--to V`` refuses while lines written after V are in the file, unless told to
+``--keep-effects`` (re-done entries are then found by their keys, not appended
+again) or to ``--compensate``: the skill's ``rollback`` hook removes the line of
+each crossed entry, newest first, and the re-done entries are appended once.
+
 Run it: ``skillstate demo ledger --steps 20 --step-delay 0.1 --ledger /tmp/ledger.txt``,
 kill it at any moment, then ``skillstate resume <task>``.
 """
@@ -116,6 +122,28 @@ def _line_is_there_once(state: LedgerState, outcome: Outcome) -> Verdict:
     if len(key_lines) != 1:
         return Verdict.failed(f"entry {n} is in the ledger {len(key_lines)} times, not once")
     return Verdict.passed()
+
+
+@append_entry.rollbacker
+def _remove_line(state: LedgerState, outcome: Outcome | None, ctx: SkillContext) -> None:
+    """Undo: drop this key's line, if it is there (safe to repeat after a crash)."""
+    assert ctx.idempotency_key is not None
+    remove_lines(state.ledger, prefix=f"{ctx.idempotency_key} ")
+
+
+def remove_lines(path: str, *, prefix: str) -> int:
+    """Rewrite the ledger without the lines starting with ``prefix``, atomically."""
+    lines = _read_lines(path)
+    kept = [row for row in lines if not row.startswith(prefix)]
+    if len(kept) == len(lines):
+        return 0
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write("".join(row + "\n" for row in kept))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)  # the file is either the old or the new one, never half
+    return len(lines) - len(kept)
 
 
 @append_entry.precondition

@@ -142,8 +142,15 @@ def fetch_orders(state: OrdersState, params: NoParams, ctx: SkillContext) -> Out
     """Query the order system for the month; keep the payload as an artifact."""
     # The token is passed only when there is one, so a task without it calls the API
     # (and records the call) exactly as before.
-    auth = {"authorization": f"Bearer {state.api_token}"} if state.api_token else {}
-    orders = ctx.call("query_orders", user_id=state.user_id, month=state.month, **auth)
+    if state.api_token:
+        orders = ctx.call(
+            "query_orders",
+            user_id=state.user_id,
+            month=state.month,
+            authorization=f"Bearer {state.api_token}",
+        )
+    else:
+        orders = ctx.call("query_orders", user_id=state.user_id, month=state.month)
     ref = ctx.calls[-1].ref
     return Outcome(
         writes={"orders_ref": ref, "order_count": len(orders)},

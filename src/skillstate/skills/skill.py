@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypedDict, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,6 +24,7 @@ from skillstate.errors import ToolNotAllowed, UsageError
 from skillstate.events import ToolCall, Verdict
 from skillstate.state import fingerprint as fingerprints
 from skillstate.state.model import PROTECTED_FIELDS, AgentState, Evidence, Fingerprint
+from skillstate.store.sealing import read_artifact, write_artifact
 
 if TYPE_CHECKING:
     from skillstate.state.redact import Redactor
@@ -36,6 +37,7 @@ __all__ = [
     "Skill",
     "SkillContext",
     "SkillOptions",
+    "ToolError",
     "Verdict",
 ]
 
@@ -65,6 +67,30 @@ class Outcome:
     """Anything else ``verify`` should look at (e.g. a tool's confirmation)."""
 
 
+@dataclass(frozen=True)
+class ToolError:
+    """A tool's failure returned as a value (``ctx.call(..., errors="return")``).
+
+    An expected answer such as "order not found" is data the skill (and, through
+    its outcome, the model) should react to, not a crashed step: returned this
+    way it is recorded as a failed tool call, but nothing is retried or rolled back.
+    """
+
+    tool: str
+    kind: str
+    """The exception's class name (``KeyError``, ``OrderNotFound``)."""
+    message: str
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}" if self.message else self.kind
+
+
+ErrorMode = Literal["raise", "return"] | tuple[type[BaseException], ...]
+"""How ``ctx.call`` treats a tool's exception: ``"raise"`` it (a failed attempt,
+retried), ``"return"`` it as a :class:`ToolError`, or return a ToolError only for
+the exception types in the tuple (the expected ones) and raise the rest."""
+
 SUMMARY_CHARS = 160
 
 
@@ -91,15 +117,24 @@ class SkillContext:
         store: Store,
         idempotency_key: str | None = None,
         redactor: Redactor | None = None,
+        params: BaseModel | None = None,
+        compensating: bool = False,
     ) -> None:
         self.skill = skill
         self.task_id = task_id
         self.step_id = step_id
         self.attempt = attempt
         self.idempotency_key = idempotency_key
-        """``<task id>:<step id>`` for skills declared with ``effects=True``: the same
-        for every attempt and every resume of the step, so the outside world (or the
-        skill's probe) can tell a repeat from a new effect."""
+        """For skills declared with ``effects=True``: a key for this *logical* step,
+        the same for every attempt, resume, retry and re-decision of it (and after a
+        rollback that kept its effect), so the outside world (or the skill's probe)
+        can tell a repeat from a new effect."""
+        self.params = params
+        """The validated params this step runs with."""
+        self.compensating = compensating
+        """True when a compensating rollback calls the ``rollback`` hook to undo an
+        effect that succeeded earlier (``idempotency_key`` names it); False when the
+        hook undoes a failed attempt of the step that is running."""
         self._tools = dict(tools)
         self._store = store
         self._redactor = redactor
@@ -112,8 +147,16 @@ class SkillContext:
     def tool_names(self) -> tuple[str, ...]:
         return tuple(self._tools)
 
-    def call(self, tool: str, /, **args: Any) -> Any:
-        """Call a declared tool; its full result is stored as an artifact."""
+    def call(self, tool: str, /, *, errors: ErrorMode = "raise", **args: Any) -> Any:
+        """Call a declared tool; its full result is stored as an artifact.
+
+        ``errors`` says what a tool's exception means (the name is reserved: a tool
+        cannot take an argument called ``errors`` through here). By default it fails
+        the attempt (retried, then rolled back). ``errors="return"``, or a tuple of
+        the exception types the tool is expected to raise, returns a
+        :class:`ToolError` instead, so the skill can turn "not found" into an
+        outcome rather than a crash.
+        """
         fn = self._tools.get(tool)
         if fn is None:
             raise ToolNotAllowed(self.skill, tool, self._tools)
@@ -131,12 +174,18 @@ class SkillContext:
                     duration_ms=(time.perf_counter() - started) * 1000,
                 )
             )
+            if errors == "return" or (isinstance(errors, tuple) and isinstance(exc, errors)):
+                return ToolError(
+                    tool=tool, kind=type(exc).__name__, message=str(exc), exception=exc
+                )
             raise
         raw = result if isinstance(result, str) else json.dumps(result, default=str, indent=1)
         data = raw.encode()
         if self._redactor:
-            data = self._redactor.bytes(data)  # a tool may echo the credential it was given
-        ref = self._store.put_artifact(data, media_type="application/json")
+            # A tool may echo the credential it was given, or return a token, a phone
+            # number: the redaction policy masks them before the bytes are stored.
+            data = self._redactor.bytes(data)
+        ref = write_artifact(self._store, data, media_type="application/json")
         self.calls.append(
             ToolCall(
                 tool=tool,
@@ -167,7 +216,7 @@ class SkillContext:
 
     def artifact(self, ref: str) -> bytes:
         """Read a raw artifact back (e.g. a tool output an earlier step stored)."""
-        return self._store.get_artifact(ref)
+        return read_artifact(self._store, ref)
 
     def artifact_json(self, ref: str) -> Any:
         return json.loads(self.artifact(ref))
@@ -202,6 +251,7 @@ class SkillOptions(TypedDict, total=False):
     rollback: RollbackFn[Any] | None
     effects: bool
     probe: ProbeFn[Any, Any] | None
+    recheck: bool
 
 
 class Skill(Generic[S, P]):
@@ -230,6 +280,7 @@ class Skill(Generic[S, P]):
         rollback: RollbackFn[S] | None = None,
         effects: bool = False,
         probe: ProbeFn[S, P] | None = None,
+        recheck: bool = False,
     ) -> None:
         self.name = name or run.__name__
         self.description = description or _first_line(run.__doc__) or self.name
@@ -257,6 +308,10 @@ class Skill(Generic[S, P]):
         """The skill changes the outside world: the runtime records an intent before
         running it and, after a crash, asks ``probe`` before running it again."""
         self._probe = probe
+        self.recheck = recheck
+        """The skill depends on the outside world: right before it runs, the runtime
+        re-checks the fingerprints of the completed steps (not only on resume), and a
+        changed world puts the stale steps back on the plan instead of running it."""
 
     # Decorator-style setters, like ``property.setter``:
     #   @record_priority.verifier

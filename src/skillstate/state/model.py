@@ -33,10 +33,12 @@ from skillstate.state.secrets import MASK, mask, seal, sensitive_fields, unseal
 __all__ = [
     "PROTECTED_FIELDS",
     "AgentState",
+    "Compensation",
     "Decision",
     "Driver",
     "ErrorEntry",
     "Evidence",
+    "FailedAttempt",
     "Fingerprint",
     "Intent",
     "StepRecord",
@@ -92,7 +94,38 @@ class Intent(_Record):
     """The state-machine step the action enters."""
     reason: str = ""
     key: str
-    """The idempotency key handed to the skill: ``<task id>:<step id>``."""
+    """The idempotency key handed to the skill (see :func:`skillstate.engine.effects.effect_key`):
+    the same for every attempt, resume and re-decision of this logical step."""
+
+
+class Compensation(_Record):
+    """An effect that reached the world and must be undone before the task goes on.
+
+    A compensating rollback (``skillstate rollback --compensate``) queues one per
+    effect it crosses, newest first; the runtime runs each skill's ``rollback``
+    hook and commits after each one, so a crash resumes the queue where it stopped.
+    """
+
+    key: str
+    """The idempotency key the effect ran under."""
+    skill: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    version: int
+    """The version that settled the effect."""
+
+
+class FailedAttempt(_Record):
+    """A decision that was refused or failed since the task last made progress.
+
+    The view shows these in one line, so the next decision knows what was already
+    tried and why it did not work; the detailed errors stay in the error log.
+    """
+
+    action: str
+    """The action as a short signature: ``append_entry {"n": 6}``, ``finish``."""
+    reason: str
+    times: int = 1
+    """How many decisions in a row (since the last progress) ended this way."""
 
 
 class StepRecord(_Record):
@@ -110,6 +143,9 @@ class StepRecord(_Record):
     """One line a reader (or a model) can scan."""
     fingerprints: tuple[Fingerprint, ...] = ()
     """What the step relied on; re-checked on resume."""
+    undo: dict[str, Any] | None = None
+    """The values the step's writes replaced (dotted path -> old value), kept only for
+    steps with fingerprints: a stale step's writes are put back to these."""
 
 
 class Evidence(_Record):
@@ -130,7 +166,8 @@ class ErrorEntry(_Record):
 
     kind: str
     """``illegal_transition``, ``verify_failed``, ``skill_error``, ``action_rejected``,
-    ``output_not_declared``, ``retries_exhausted``, ``rollback_failed``."""
+    ``output_not_declared``, ``step_failed``, ``rollback_failed``, ``invariant_failed``,
+    ``stalled``, ``stale_step``, ``compensation_failed``, ``budget``, ``task_failed``."""
     message: str
     step_id: str | None = None
     skill: str | None = None
@@ -138,6 +175,8 @@ class ErrorEntry(_Record):
     """Which attempt of the step failed (1-based)."""
     max_attempts: int = 1
     """How many attempts the step was allowed."""
+    permanent: bool = False
+    """The verify said retrying cannot help (``Verdict.failed(..., permanent=True)``)."""
 
 
 class UsageTotals(_Record):
@@ -180,12 +219,17 @@ PROTECTED_FIELDS = frozenset(
         "constraints",
         "current_step",
         "completed_steps",
+        "steps_taken",
         "errors",
         "last_decision",
         "active_skill",
         "question",
         "inbox",
         "pending_effect",
+        "compensations",
+        "effect_generations",
+        "tried",
+        "no_progress",
         "usage",
         "driver",
         "agent",
@@ -218,6 +262,10 @@ class AgentState(BaseModel):
     """Hard rules stated once; every prompt view shows all of them."""
     current_step: str = "init"
     completed_steps: tuple[StepRecord, ...] = ()
+    steps_taken: int = 0
+    """Steps completed over the task's life. Never decreases (a stale step leaves
+    ``completed_steps`` but still counts), so it numbers logical steps: effect keys
+    use it as the step's position."""
     pending_steps: tuple[str, ...] = ()
     """The remaining plan; a label is removed when a skill or step of that name completes."""
     facts: dict[str, Any] = Field(default_factory=dict)
@@ -232,6 +280,18 @@ class AgentState(BaseModel):
     """The latest user input, shown to the next decision and then consumed."""
     pending_effect: Intent | None = None
     """An effect recorded but not yet confirmed (see :class:`Intent`)."""
+    compensations: tuple[Compensation, ...] = ()
+    """Effects a compensating rollback still has to undo, next first; the runtime
+    runs them before it decides anything else."""
+    effect_generations: dict[str, int] = Field(default_factory=dict)
+    """How often each effect key was compensated. A compensated key is never reused:
+    the next run of that logical step gets ``<key>~<generation>``, so a server that
+    remembers idempotency keys does not answer it with the undone effect's result."""
+    tried: tuple[FailedAttempt, ...] = ()
+    """Refused or failed decisions since the last progress (what the view's "already
+    tried" line shows); cleared by a step that makes progress or by a reply."""
+    no_progress: int = 0
+    """Decisions in a row that changed nothing but bookkeeping (the stall guard's count)."""
     usage: UsageTotals = Field(default_factory=UsageTotals)
     """Model calls, tokens and cost so far (budgets are checked against these)."""
     driver: Driver | None = None
@@ -258,8 +318,8 @@ class AgentState(BaseModel):
 
     @property
     def step_count(self) -> int:
-        """How many steps have been committed (successful or not)."""
-        return len(self.completed_steps)
+        """How many steps the task has completed (``steps_taken``)."""
+        return self.steps_taken
 
     def has_step(self, step_id: str) -> bool:
         return any(record.id == step_id for record in self.completed_steps)
@@ -277,6 +337,16 @@ class AgentState(BaseModel):
         data.update(changes)
         return self._validated(data)
 
+    def replace(self, **changes: Any) -> Self:
+        """A copy with runtime-owned fields replaced, *without* validation.
+
+        For the runtime's bookkeeping only (step records, errors, status, counters),
+        whose values it builds from typed records itself: re-validating the whole
+        card for each of them is what made a step cost more as the task grew. User
+        data goes through :meth:`with_writes`, which validates.
+        """
+        return self.model_copy(update=changes)
+
     def with_writes(self, writes: Mapping[str, Any]) -> AgentState:
         """A validated copy with dotted-path ``writes`` applied (``facts.total`` or a field)."""
         data = self.model_dump(mode="python")
@@ -284,20 +354,28 @@ class AgentState(BaseModel):
             _set_path(data, path, copy.deepcopy(value))
         return self._validated(data)
 
-    def with_step(self, record: StepRecord) -> AgentState:
+    def with_step(self, record: StepRecord) -> Self:
         """Append ``record`` unless a step with its id is already recorded (idempotent)."""
         if self.has_step(record.id):
             return self
         pending = tuple(p for p in self.pending_steps if p not in {record.skill, record.step})
-        return self.evolve(completed_steps=(*self.completed_steps, record), pending_steps=pending)
+        return self.replace(
+            completed_steps=(*self.completed_steps, record),
+            steps_taken=self.steps_taken + 1,
+            pending_steps=pending,
+        )
 
-    def with_evidence(self, items: Iterable[Evidence]) -> AgentState:
+    def with_evidence(self, items: Iterable[Evidence]) -> Self:
+        # Records built by a skill may be dicts; the card only ever holds Evidence.
+        items = tuple(i if isinstance(i, Evidence) else Evidence.model_validate(i) for i in items)
+        if not items:
+            return self
         merged = (*self.evidence, *items)
-        return self.evolve(evidence=merged[-type(self).MAX_EVIDENCE :])
+        return self.replace(evidence=merged[-type(self).MAX_EVIDENCE :])
 
-    def with_error(self, entry: ErrorEntry) -> AgentState:
+    def with_error(self, entry: ErrorEntry) -> Self:
         merged = (*self.errors, entry)
-        return self.evolve(errors=merged[-type(self).MAX_ERRORS :])
+        return self.replace(errors=merged[-type(self).MAX_ERRORS :])
 
     def _validated(self, data: dict[str, Any]) -> AgentState:
         try:
@@ -333,6 +411,16 @@ class AgentState(BaseModel):
         if isinstance(obj, Mapping) and sensitive_fields(cls):
             obj = unseal(cls, obj)
         return super().model_validate(obj, *args, **kwargs)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _count_old_steps(cls, data: Any) -> Any:
+        # Cards stored before ``steps_taken`` existed: every step they took is listed.
+        if isinstance(data, Mapping) and "steps_taken" not in data:
+            steps = data.get("completed_steps")
+            if isinstance(steps, list | tuple):
+                return {**data, "steps_taken": len(steps)}
+        return data
 
     @model_validator(mode="before")
     @classmethod

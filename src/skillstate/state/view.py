@@ -6,8 +6,12 @@ deterministic: the same state gives the same bytes, which makes views diffable,
 cacheable and testable.
 
 Sections are rendered in priority order; with a token budget the lowest-priority
-content goes first (oldest evidence, then older errors, then older completed
-steps). Goal and constraints are never dropped.
+content goes first (oldest evidence, then older failed attempts, then older
+completed steps). Goal and constraints are never dropped.
+
+Failures reach the decision as one line: what was already tried since the task
+last made progress, and why it did not work (``state.tried``). The error log's
+details stay in the card and the events, not in the decision context.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["View", "render_view"]
 
 RECENT_STEPS = 5
-RECENT_ERRORS = 3
 RECENT_EVIDENCE = 5
 VALUE_CHARS = 200
 
@@ -98,7 +101,7 @@ def render_view(
         applicable = [s for s in applicable if s.step is None or machine.can(current, s.step)]
     next_steps = tuple(sorted(machine.allowed(state.current_step))) if machine else ()
     evidence = list(state.evidence[-RECENT_EVIDENCE:])
-    errors = list(state.errors[-RECENT_ERRORS:])
+    tried = list(state.tried)
     steps = list(state.completed_steps[-RECENT_STEPS:])
     dropped: list[str] = []
 
@@ -108,7 +111,7 @@ def render_view(
             applicable,
             next_steps=next_steps,
             evidence=evidence,
-            errors=errors,
+            tried=tried,
             steps=steps,
             value_chars=value_chars,
         )
@@ -116,7 +119,7 @@ def render_view(
     text = build()
     tokens = count_tokens(text)
     # Trim in priority order until it fits; goal and constraints are never touched.
-    for bucket, name in ((evidence, "evidence"), (errors, "errors"), (steps, "steps")):
+    for bucket, name in ((evidence, "evidence"), (tried, "tried"), (steps, "steps")):
         while budget is not None and tokens > budget and bucket:
             bucket.pop(0)
             dropped.append(name)
@@ -146,7 +149,7 @@ def _render(
     *,
     next_steps: Sequence[str],
     evidence: Sequence[Any],
-    errors: Sequence[Any],
+    tried: Sequence[Any],
     steps: Sequence[Any],
     value_chars: int = VALUE_CHARS,
 ) -> str:
@@ -175,14 +178,8 @@ def _render(
     if evidence:
         lines.append("Evidence:")
         lines += [_evidence_line(e) for e in evidence]
-    if errors:
-        lines.append("Recent errors:")
-        lines += [
-            f"- {e.kind}"
-            + (f" in {e.skill}" if e.skill else "")
-            + f" (attempt {e.attempt}/{e.max_attempts}): {e.message}"
-            for e in errors
-        ]
+    if tried:
+        lines.append("Already tried without progress: " + "; ".join(_tried(t) for t in tried))
     if applicable:
         lines.append("Skills you can call now:")
         for s in applicable:
@@ -217,6 +214,11 @@ def _fields(
             continue
         out.append((key, _short(value, limit)))
     return out
+
+
+def _tried(t: Any) -> str:
+    times = f" ({t.times}x)" if t.times > 1 else ""
+    return f"{t.action}{times} -> {t.reason}"
 
 
 def _evidence_line(e: Any) -> str:

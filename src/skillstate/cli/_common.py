@@ -1,0 +1,305 @@
+"""Helpers the command groups share: who decides, opening stores and agents, driving a task."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
+
+import typer
+
+from skillstate.cli._app import (
+    EXIT_BUDGET,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_STALLED,
+)
+
+if TYPE_CHECKING:
+    from skillstate.engine.agent import Agent
+    from skillstate.engine.guard import OnStall
+    from skillstate.engine.runtime import RunResult
+    from skillstate.llm.base import Prices
+    from skillstate.store.base import Store
+
+
+@dataclass(frozen=True)
+class _Decisions:
+    """Who decides, and within which budgets (the model options of run/demo/resume/reply)."""
+
+    model: str | None = None
+    base_url: str | None = None
+    policy: str = "state"
+    max_repairs: int = 2
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    price_in: float | None = None
+    price_out: float | None = None
+    max_stalled: int = 10
+    on_stall: str = "fail"
+
+    def agent(self, agent: Agent) -> Agent:
+        """``agent`` with its policy replaced by the model policy asked for, if any."""
+        from skillstate.errors import UsageError
+
+        if self.model is None:
+            if self.policy != "state":
+                raise UsageError("--policy chooses what a model sees: it needs --model")
+            if self.base_url is not None:
+                raise UsageError("--base-url needs --model openai:NAME")
+            return agent
+        from dataclasses import replace
+
+        from skillstate.engine.policy import policy_for
+        from skillstate.llm import open_provider
+
+        kind, _, path = self.model.partition(":")
+        if kind in {"replay", "local"} and path and not os.path.isfile(path):
+            raise UsageError(f"--model {self.model}: no such file {path!r}")
+        provider = open_provider(self.model, base_url=self.base_url)
+        return replace(
+            agent, policy=policy_for(self.policy, provider, max_repairs=self.max_repairs)
+        )
+
+    def driver(self) -> dict[str, object] | None:
+        """What to record in a new task's card so later commands use the same model."""
+        if self.model is None:
+            return None
+        base_url = self.base_url
+        if base_url and "@" in base_url.split("//", 1)[-1].split("/", 1)[0]:
+            base_url = None  # credentials in the URL never go into the store
+        return {
+            "model": self.model,
+            "policy": self.policy,
+            "max_repairs": self.max_repairs,
+            "base_url": base_url,
+        }
+
+    def continuing(self, recorded: object) -> _Decisions:
+        """These options, or (without --model) the model the task was started with."""
+        if self.model is not None or not isinstance(recorded, dict):
+            return self
+        from dataclasses import replace
+
+        return replace(
+            self,
+            model=str(recorded["model"]),
+            policy=str(recorded.get("policy") or "state"),
+            max_repairs=int(recorded.get("max_repairs") or 0),
+            base_url=self.base_url or recorded.get("base_url"),
+        )
+
+    def stall_mode(self) -> OnStall:
+        from skillstate.errors import UsageError
+
+        if self.on_stall == "fail":
+            return "fail"
+        if self.on_stall == "park":
+            return "park"
+        raise UsageError(f"--on-stall must be fail or park, not {self.on_stall!r}")
+
+    def prices(self) -> Prices | None:
+        from skillstate.errors import UsageError
+        from skillstate.llm.base import Prices
+
+        if self.price_in is None and self.price_out is None:
+            if self.max_cost is not None:
+                raise UsageError("--max-cost needs prices: give --price-in and --price-out")
+            return None
+        return Prices(input=self.price_in or 0.0, output=self.price_out or 0.0)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _store(url: str | None) -> Store:
+    from skillstate.store import open_store
+
+    return open_store(url)
+
+
+def _agent_for(store: Store, task_id: str) -> Agent:
+    from skillstate.engine.agent import load_agent
+    from skillstate.errors import AgentImportError
+
+    ref = store.load(task_id).state.get("agent")
+    if not ref:
+        raise AgentImportError(f"task {task_id!r} does not record which agent drives it")
+    return load_agent(str(ref))
+
+
+def _drive(
+    agent: Agent,
+    store: Store,
+    task_id: str,
+    *,
+    inputs: list[str],
+    max_steps: int,
+    verbose: bool,
+    compare: bool = False,
+    reply: str | None = None,
+    fields: dict[str, object] | None = None,
+    decisions: _Decisions | None = None,
+) -> NoReturn:
+    from skillstate._render import StepPrinter, console, print_comparison
+    from skillstate.engine.lease import default_worker
+    from skillstate.engine.runtime import Runtime
+
+    decisions = decisions or _Decisions()
+    if fields is None:
+        decisions = decisions.continuing(store.load(task_id).state.get("driver"))
+    else:
+        driver = decisions.driver()
+        if driver is not None:
+            fields = {**fields, "driver": driver}
+    runtime = Runtime(
+        decisions.agent(agent),
+        store,
+        max_steps=max_steps,
+        observer=StepPrinter(verbose=verbose),
+        worker=default_worker(),
+        max_calls=decisions.max_calls,
+        max_tokens=decisions.max_tokens,
+        max_cost=decisions.max_cost,
+        prices=decisions.prices(),
+        max_stalled=decisions.max_stalled or None,
+        on_stall=decisions.stall_mode(),
+    )
+    if fields is not None:
+        runtime.start(task_id, **fields)
+    if reply is not None:
+        runtime.reply(task_id, reply)
+    result = runtime.run(task_id, inputs=inputs)
+    if compare:
+        from skillstate.engine.transcript import compare_prompts
+        from skillstate.llm.tokens import tokenizer_name
+
+        print_comparison(compare_prompts(store, task_id, agent), tokenizer_name())
+    console.print(_summary(result))
+    raise typer.Exit(_exit_code(result))
+
+
+def _summary(result: RunResult) -> str:
+    from rich.markup import escape
+
+    state = result.state
+    task = escape(state.task_id)
+    if result.stopped == "waiting_user":
+        return (
+            f"[yellow]waiting for the user[/] · task {task}\n"
+            f"question: {escape(state.question or '')}\n"
+            f'answer with: skillstate reply {task} "..."'
+        )
+    if result.stopped == "max_steps":
+        return (
+            f"[yellow]stopped after {result.steps} steps (--max-steps)[/] · task {task}; "
+            f"continue with: skillstate resume {task}"
+        )
+    if result.stopped == "stalled":
+        parked = state.status.value == "waiting_user"
+        then = f'reply with: skillstate reply {task} "..."' if parked else "the task failed"
+        return (
+            f"[red]stalled[/] · task {task}: {escape(state.errors[-1].message)}\n"
+            f"{then}; see skillstate log {task}"
+        )
+    if result.stopped == "budget":
+        return (
+            f"[yellow]stopped: {escape(state.errors[-1].message)}[/] · task {task}; "
+            f"continue with: skillstate resume {task} and a higher limit"
+        )
+    style = "green" if result.stopped == "completed" else "red"
+    failed = result.stopped == "failed" and state.errors
+    reason = f" · {escape(state.errors[-1].message)}" if failed else ""
+    return f"[{style}]{result.stopped}[/] · task {task} · version {state.version}{reason}"
+
+
+def _exit_code(result: RunResult) -> int:
+    return {
+        "completed": EXIT_OK,
+        "waiting_user": EXIT_OK,
+        "failed": EXIT_FAILED,
+        "max_steps": EXIT_BUDGET,
+        "budget": EXIT_BUDGET,
+        "stalled": EXIT_STALLED,
+    }[result.stopped]
+
+
+def _exists(store: Store, task_id: str) -> bool:
+    from skillstate.errors import TaskNotFound
+
+    try:
+        store.load(task_id)
+    except TaskNotFound:
+        return False
+    return True
+
+
+def _new_task_id(agent: Agent, task_id: str | None) -> str:
+    from skillstate.errors import UsageError
+
+    if task_id is None:
+        return f"{agent.name}-{uuid.uuid4().hex[:8]}"
+    if not task_id.strip() or any(c.isspace() or not c.isprintable() for c in task_id):
+        raise UsageError(f"invalid --task-id {task_id!r}: use printable characters, no spaces")
+    return task_id
+
+
+def _start(
+    ref: str,
+    *,
+    task_id: str | None,
+    store_url: str | None,
+    inputs: list[str],
+    max_steps: int,
+    verbose: bool,
+    compare: bool,
+    fields: dict[str, object] | None = None,
+    decisions: _Decisions | None = None,
+) -> NoReturn:
+    from skillstate.engine.agent import load_agent
+    from skillstate.errors import UsageError
+
+    agent = load_agent(ref)
+    store = _store(store_url)
+    task = _new_task_id(agent, task_id)
+    if _exists(store, task):
+        raise UsageError(
+            f"task {task!r} already exists; continue it with: skillstate resume {task}"
+        )
+    _drive(
+        agent,
+        store,
+        task,
+        inputs=inputs,
+        max_steps=max_steps,
+        verbose=verbose,
+        compare=compare,
+        fields=fields or {},  # a new task: created with these fields (and the driver)
+        decisions=decisions,
+    )
+
+
+# ---------------------------------------------------------------- commands
+
+
+def _parse_assignments(items: list[str]) -> dict[str, object]:
+    import yaml
+
+    from skillstate.errors import UsageError
+
+    writes: dict[str, object] = {}
+    for item in items:
+        path, sep, text = item.partition("=")
+        if not sep or not path.strip():
+            raise UsageError(f"expected PATH=VALUE, got {item!r}")
+        try:
+            writes[path.strip()] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0]
+            raise UsageError(f"value of {path!r} is not valid YAML: {first}") from exc
+    return writes
+
+
+# ---------------------------------------------------------------- entry point

@@ -1,0 +1,102 @@
+"""Commands that measure: eval and the bench group."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+
+from skillstate.cli._app import BaseUrlOpt, JsonOpt, RepairsOpt, app
+
+bench = typer.Typer(help="Benchmarks that ship with skillstate.", no_args_is_help=True)
+app.add_typer(bench, name="bench")
+
+
+@bench.command("tokens")
+def bench_tokens(
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Records the task reviews.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """Prompt tokens per decision: the state policy against the history baseline."""
+    from skillstate.bench.tokens import compare
+
+    report = compare(steps)
+    if as_json:
+        typer.echo(json.dumps(report.as_json()))
+        return
+    from skillstate._render import print_token_bench
+
+    print_token_bench(report)
+
+
+@app.command(name="eval")
+def eval_(
+    suite: Annotated[
+        str,
+        typer.Option(
+            "--suite", help="Task suite: seeds, long, or a path to a suite directory/YAML file."
+        ),
+    ] = "long",
+    variants: Annotated[
+        str, typer.Option("--variants", help="Comma-separated: history,state,skills,skillstate.")
+    ] = "history,state,skills,skillstate",
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Runs per task and variant.")] = 1,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="oracle (follows each task's reference plan), or a provider spec: "
+            "openai:NAME, local, local:PATH.gguf.",
+        ),
+    ] = "oracle",
+    base_url: BaseUrlOpt = None,
+    out: Annotated[str, typer.Option("--out", help="Directory for report.md/json and plots.")] = (
+        "eval-out"
+    ),
+    tasks: Annotated[
+        int | None, typer.Option("--tasks", min=1, help="Only the first N tasks of the suite.")
+    ] = None,
+    groups: Annotated[
+        str | None,
+        typer.Option("--groups", help="Only tasks of these length groups: short,medium,long."),
+    ] = None,
+    context_window: Annotated[
+        int | None,
+        typer.Option("--context-window", min=256, help="The model's context, in tokens."),
+    ] = None,
+    max_repairs: RepairsOpt = 2,
+    max_invalid: Annotated[
+        int,
+        typer.Option(
+            "--max-invalid",
+            min=1,
+            help="Stop a task (a recorded failure) after this many decisions in a row that "
+            "stayed invalid after their repairs.",
+        ),
+    ] = 3,
+    recovery: Annotated[
+        bool, typer.Option(help="Also interrupt each task at 25/50/75% and resume it.")
+    ] = True,
+) -> None:
+    """Run a task suite under the four variants and write a report."""
+    from skillstate.eval.cli import run_eval
+
+    raise typer.Exit(
+        run_eval(
+            suite=suite,
+            variants=variants,
+            seeds=seeds,
+            model=model,
+            base_url=base_url,
+            out=out,
+            tasks=tasks,
+            groups=groups,
+            context_window=context_window,
+            max_repairs=max_repairs,
+            max_invalid=max_invalid,
+            recovery=recovery,
+            command="skillstate " + " ".join(sys.argv[1:]),
+        )
+    )

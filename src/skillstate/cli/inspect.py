@@ -1,0 +1,170 @@
+"""Commands that read a task: show, log, view, replay, checkpoints, tokens, doctor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from skillstate.cli._app import (
+    EXIT_CORRUPTED,
+    EXIT_OK,
+    JsonOpt,
+    PriceInOpt,
+    PriceOutOpt,
+    StoreOpt,
+    TaskArg,
+    app,
+)
+from skillstate.cli._common import _agent_for, _store
+
+if TYPE_CHECKING:
+    from skillstate.engine.agent import Agent
+
+
+@app.command()
+def show(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Print the state card of a task (--json: the whole state as one JSON object)."""
+    db = _store(store)
+    head = db.load(task_id)
+    if as_json:
+        typer.echo(json.dumps(head.state, ensure_ascii=False, indent=2))
+        return
+    from skillstate._render import print_state
+    from skillstate.errors import AgentImportError, StateCorrupted
+    from skillstate.state.migrate import validate_state
+    from skillstate.state.model import AgentState
+
+    try:
+        agent = _agent_for(db, task_id)
+    except AgentImportError:
+        # Without its agent the card is still readable as the base class.
+        fields = {k: v for k, v in head.state.items() if k in AgentState.model_fields}
+        state = validate_state(AgentState, fields, task_id=task_id)
+    else:
+        try:
+            state = agent.parse_state(head.state, task_id=task_id)
+        except StateCorrupted as exc:
+            raise StateCorrupted(
+                task_id,
+                exc.version,
+                f"{exc.reason} (repair it with skillstate set or edit; --json shows the raw card)",
+                field=exc.field,
+            ) from exc
+    print_state(state)
+
+
+@app.command()
+def log(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """One event per committed step: version, action or skill, verdict, JSON Patch diff."""
+    events = _store(store).events(task_id)
+    if as_json:
+        rows = [e.model_dump(mode="json") | {"diff": e.patch} for e in events]
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    from skillstate._render import print_events
+
+    print_events(events)
+
+
+@app.command()
+def view(task_id: TaskArg, store: StoreOpt = None) -> None:
+    """The exact view the next decision would see, with its token count."""
+    from skillstate._render import console
+
+    db = _store(store)
+    agent = _agent_for(db, task_id)
+    rendered = agent.view(agent.parse_state(db.load(task_id).state))
+    console.print(rendered.text, markup=False)
+    console.print(f"[dim]{rendered.tokens} tokens ({rendered.tokenizer})[/]")
+
+
+@app.command(name="replay")
+def replay_(
+    task_id: TaskArg,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    expect: Annotated[
+        Path | None,
+        typer.Option(
+            "--expect",
+            help="Expectations JSON (facts per decision, reference effects) written by "
+            "`skillstate eval` beside each run: also name the first step that diverged.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """The timeline of a task: each step with the state before and after it, and the
+    first step that went wrong (an error, a failed verify, or with --expect a result
+    that diverged from the task's expected facts or effects)."""
+    from skillstate.engine.replay import Expectations, timeline
+
+    expected = Expectations.load(expect) if expect is not None else None
+    steps, found = timeline(_store(store), task_id, expected)
+    if as_json:
+        rows = [step.as_json() for step in steps]
+        payload = {
+            "steps": rows,
+            "first_bad_step": found.version if found else None,
+            "first_bad": found.as_json() if found else None,
+        }
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    from skillstate._render import print_timeline
+
+    print_timeline(steps, found)
+
+
+@app.command()
+def checkpoints(task_id: TaskArg, store: StoreOpt = None) -> None:
+    """Every committed version of a task."""
+    from skillstate._render import print_checkpoints
+
+    db = _store(store)
+    labels = {e.version: f"{e.actor}: {e.label}" for e in db.events(task_id)}
+    print_checkpoints(db.checkpoints(task_id), labels)
+
+
+@app.command()
+def doctor(task_id: TaskArg, store: StoreOpt = None) -> None:
+    """Check a task's chain: every kept checkpoint loads and validates; deltas reach the head."""
+    from skillstate._render import print_doctor
+    from skillstate.engine.doctor import diagnose
+    from skillstate.errors import AgentImportError, StateCorrupted
+
+    db = _store(store)
+    agent: Agent | None
+    try:
+        agent = _agent_for(db, task_id)
+    except (AgentImportError, StateCorrupted):
+        agent = None  # still check the chain; schema checks need the agent
+    report = diagnose(db, task_id, agent)
+    print_doctor(report)
+    raise typer.Exit(EXIT_OK if report.healthy else EXIT_CORRUPTED)
+
+
+@app.command()
+def tokens(
+    task_id: TaskArg,
+    store: StoreOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Tokens (and cost, given prices) of every decision of a task, and the totals."""
+    from skillstate._render import print_tokens
+    from skillstate.llm.base import Prices
+
+    events = [e for e in _store(store).events(task_id) if e.usage is not None]
+    prices = None
+    if price_in is not None or price_out is not None:
+        prices = Prices(input=price_in or 0.0, output=price_out or 0.0)
+    if as_json:
+        rows = [
+            {"version": e.version, **e.usage.model_dump(mode="json")} for e in events if e.usage
+        ]
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    print_tokens(events, prices)

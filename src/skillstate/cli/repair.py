@@ -1,0 +1,190 @@
+"""Commands that change a task by hand: rollback, set, edit, fork, prune, keygen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from skillstate.cli._app import StoreOpt, TaskArg, app
+from skillstate.cli._common import _agent_for, _new_task_id, _parse_assignments, _store
+
+if TYPE_CHECKING:
+    from skillstate.engine.rewind import EffectChoice
+
+CompensateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--compensate",
+        help="Undo the effects that reached the world after that version, newest first, with "
+        "each skill's rollback hook (each recorded as an event).",
+    ),
+]
+KeepEffectsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep-effects",
+        help="Go back anyway and leave those effects in the world (a re-done step finds its "
+        "effect by its key instead of repeating it).",
+    ),
+]
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Also change fields the runtime owns (status, step lists, errors, usage) and jump "
+        "steps without a declared transition. Invariants and consistency still apply.",
+    ),
+]
+
+
+def _effect_choice(compensate: bool, keep_effects: bool) -> EffectChoice:
+    from skillstate.errors import UsageError
+
+    if compensate and keep_effects:
+        raise UsageError("choose one of --compensate and --keep-effects")
+    return "compensate" if compensate else "keep" if keep_effects else "refuse"
+
+
+@app.command()
+def rollback(
+    task_id: TaskArg,
+    to: Annotated[int, typer.Option("--to", help="Version to restore.", show_default=False)],
+    store: StoreOpt = None,
+    compensate: CompensateOpt = False,
+    keep_effects: KeepEffectsOpt = False,
+) -> None:
+    """Restore an earlier version as a new commit (history is kept).
+
+    When effects reached the world after that version (a ledger line, a sent
+    message), it is refused unless you choose --compensate or --keep-effects.
+    """
+    from skillstate._render import console
+    from skillstate.engine.rewind import rollback_task
+    from skillstate.engine.runtime import Runtime
+
+    choice = _effect_choice(compensate, keep_effects)
+    db = _store(store)
+    agent = _agent_for(db, task_id) if choice == "compensate" else None
+    new_version = rollback_task(db, task_id, to, effects=choice, agent=agent)
+    console.print(f"task {task_id} rolled back to version {to} as version {new_version}")
+    if agent is not None:
+        undone = Runtime(agent, db).compensate(task_id)
+        if undone:
+            console.print(f"task {task_id}: {undone} effect(s) undone, newest first")
+
+
+@app.command()
+def prune(
+    task_id: TaskArg,
+    keep_last: Annotated[
+        int, typer.Option("--keep-last", min=1, help="Keep the newest N versions.")
+    ] = 10,
+    keep_every: Annotated[
+        int | None, typer.Option("--keep-every", min=1, help="Also keep every K-th version.")
+    ] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Delete old checkpoints; the head and every chain a kept version needs stay."""
+    from skillstate._render import console
+
+    result = _store(store).prune(task_id, keep_last=keep_last, keep_every=keep_every)
+    console.print(
+        f"task {task_id}: kept {len(result.kept)} checkpoints, deleted {len(result.deleted)} "
+        "(events are kept)"
+    )
+
+
+@app.command(name="set")
+def set_(
+    task_id: TaskArg,
+    assignments: Annotated[
+        list[str], typer.Argument(help="PATH=VALUE pairs; VALUE is YAML (3, true, [a, b]).")
+    ],
+    store: StoreOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Change fields of a task's state by hand (validated; logged as actor human).
+
+    Also the repair path of a corrupted head: the fix is applied to the stored
+    document and committed if the result is valid.
+    """
+    from skillstate._render import console
+    from skillstate.engine.edits import set_fields
+
+    writes = _parse_assignments(assignments)
+    db = _store(store)
+    state = set_fields(db, _agent_for(db, task_id), task_id, writes, force=force)
+    console.print(f"task {task_id}: set {', '.join(writes)} as version {state.version}")
+
+
+@app.command()
+def edit(
+    task_id: TaskArg,
+    store: StoreOpt = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            help="Apply this YAML card instead of opening $EDITOR (e.g. a refused edit, which "
+            "is kept in a file the error names).",
+            show_default=False,
+        ),
+    ] = None,
+    force: ForceOpt = False,
+) -> None:
+    """Edit a task's state as YAML in $EDITOR (validated; logged as actor human)."""
+    from skillstate._render import console
+    from skillstate.engine.edits import apply_edit, edit_in_editor
+    from skillstate.errors import UsageError
+
+    db = _store(store)
+    agent = _agent_for(db, task_id)
+    if file is not None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeError) as exc:
+            raise UsageError(f"cannot read --file {str(file)!r}: {exc}") from exc
+        state = apply_edit(db, agent, task_id, text, force=force, keep=False)
+    else:
+        state = edit_in_editor(db, agent, task_id, force=force)
+    if state is None:
+        console.print(f"task {task_id}: no changes")
+    else:
+        console.print(f"task {task_id}: edited as version {state.version}")
+
+
+@app.command()
+def fork(
+    task_id: TaskArg,
+    at: Annotated[int, typer.Option("--at", help="Version to start from.", show_default=False)],
+    new_id: Annotated[
+        str, typer.Option("--new-id", help="Id of the new task.", show_default=False)
+    ],
+    store: StoreOpt = None,
+    compensate: CompensateOpt = False,
+    keep_effects: KeepEffectsOpt = False,
+) -> None:
+    """Start a new task from any kept checkpoint of another.
+
+    Refused when the source made effects after that version, unless --keep-effects.
+    """
+    from skillstate._render import console
+    from skillstate.engine.rewind import fork_task
+
+    db = _store(store)
+    agent = _agent_for(db, task_id)
+    _new_task_id(agent, new_id)
+    fork_task(db, agent, task_id, at, new_id, effects=_effect_choice(compensate, keep_effects))
+    console.print(
+        f"task {new_id} starts from {task_id} version {at}; run it with: skillstate resume {new_id}"
+    )
+
+
+@app.command()
+def keygen() -> None:
+    """Print a new key for SKILLSTATE_KEY (encrypts Sensitive[...] fields)."""
+    from skillstate.state.secrets import generate_key
+
+    typer.echo(generate_key())

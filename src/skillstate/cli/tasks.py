@@ -1,0 +1,245 @@
+"""Commands that run tasks: run, demo, resume, reply."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from skillstate.cli._app import (
+    DEMOS,
+    BaseUrlOpt,
+    CallsOpt,
+    CostOpt,
+    InputOpt,
+    MaxStepsOpt,
+    ModelOpt,
+    OnStallOpt,
+    PolicyOpt,
+    PriceInOpt,
+    PriceOutOpt,
+    QuietOpt,
+    RepairsOpt,
+    StalledOpt,
+    StoreOpt,
+    TaskArg,
+    TaskIdOpt,
+    TokensOpt,
+    app,
+)
+from skillstate.cli._common import _agent_for, _Decisions, _drive, _start, _store
+
+
+@app.command()
+def run(
+    agent: Annotated[str, typer.Argument(help="The agent, as MODULE:ATTR.", show_default=False)],
+    task_id: TaskIdOpt = None,
+    store: StoreOpt = None,
+    input: InputOpt = None,
+    max_steps: MaxStepsOpt = 50,
+    quiet: QuietOpt = False,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    policy: PolicyOpt = "state",
+    max_repairs: RepairsOpt = 2,
+    max_calls: CallsOpt = None,
+    max_tokens: TokensOpt = None,
+    max_cost: CostOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
+    max_stalled: StalledOpt = 10,
+    on_stall: OnStallOpt = "fail",
+) -> None:
+    """Start a new task with an agent and run it until it ends or asks the user."""
+    _start(
+        agent,
+        task_id=task_id,
+        store_url=store,
+        inputs=input or [],
+        max_steps=max_steps,
+        verbose=not quiet,
+        compare=False,
+        decisions=_Decisions(
+            model,
+            base_url,
+            policy,
+            max_repairs,
+            max_calls,
+            max_tokens,
+            max_cost,
+            price_in,
+            price_out,
+            max_stalled,
+            on_stall,
+        ),
+    )
+
+
+@app.command()
+def demo(
+    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(DEMOS)}.", show_default=False)],
+    task_id: TaskIdOpt = None,
+    store: StoreOpt = None,
+    input: InputOpt = None,
+    max_steps: MaxStepsOpt = 50,
+    quiet: QuietOpt = False,
+    sample: Annotated[
+        bool, typer.Option(help="Use the demo's canned replies when no --input is given.")
+    ] = True,
+    steps: Annotated[
+        int | None, typer.Option("--steps", min=0, help="ledger: entries to append (10).")
+    ] = None,
+    step_delay: Annotated[
+        float | None,
+        typer.Option("--step-delay", min=0.0, help="ledger: seconds each append takes (0)."),
+    ] = None,
+    ledger: Annotated[
+        str | None,
+        typer.Option("--ledger", help="ledger: the file to append to (.skillstate/ledger.txt)."),
+    ] = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    policy: PolicyOpt = "state",
+    max_repairs: RepairsOpt = 2,
+    max_calls: CallsOpt = None,
+    max_tokens: TokensOpt = None,
+    max_cost: CostOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
+    max_stalled: StalledOpt = 10,
+    on_stall: OnStallOpt = "fail",
+) -> None:
+    """Run a bundled example offline, printing views, decisions and diffs."""
+    from skillstate.errors import UsageError
+
+    if name not in DEMOS:
+        raise UsageError(f"unknown demo {name!r}; choose one of: {', '.join(DEMOS)}")
+    fields: dict[str, object] | None = None
+    if name == "ledger":
+        path = os.path.abspath(ledger or os.path.join(".skillstate", "ledger.txt"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fields = {"ledger": path, "target": 10 if steps is None else steps}
+        fields["step_delay"] = step_delay or 0.0
+    elif steps is not None or step_delay is not None or ledger is not None:
+        raise UsageError("--steps, --step-delay and --ledger belong to the ledger demo")
+    ref = f"skillstate.examples.{name}:agent"
+    inputs = input or []
+    if not inputs and sample:
+        from skillstate.engine.agent import load_agent
+
+        inputs = list(load_agent(ref).sample_inputs)
+    _start(
+        ref,
+        task_id=task_id,
+        store_url=store,
+        inputs=inputs,
+        max_steps=max_steps,
+        verbose=not quiet,
+        compare=name != "ledger",
+        fields=fields,
+        decisions=_Decisions(
+            model,
+            base_url,
+            policy,
+            max_repairs,
+            max_calls,
+            max_tokens,
+            max_cost,
+            price_in,
+            price_out,
+            max_stalled,
+            on_stall,
+        ),
+    )
+
+
+@app.command()
+def resume(
+    task_id: TaskArg,
+    store: StoreOpt = None,
+    input: InputOpt = None,
+    max_steps: MaxStepsOpt = 50,
+    quiet: QuietOpt = False,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    policy: PolicyOpt = "state",
+    max_repairs: RepairsOpt = 2,
+    max_calls: CallsOpt = None,
+    max_tokens: TokensOpt = None,
+    max_cost: CostOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
+    max_stalled: StalledOpt = 10,
+    on_stall: OnStallOpt = "fail",
+) -> None:
+    """Continue a task from its stored state (after a stop, a crash or a budget)."""
+    db = _store(store)
+    agent = _agent_for(db, task_id)
+    _drive(
+        agent,
+        db,
+        task_id,
+        inputs=input or [],
+        max_steps=max_steps,
+        verbose=not quiet,
+        decisions=_Decisions(
+            model,
+            base_url,
+            policy,
+            max_repairs,
+            max_calls,
+            max_tokens,
+            max_cost,
+            price_in,
+            price_out,
+            max_stalled,
+            on_stall,
+        ),
+    )
+
+
+@app.command()
+def reply(
+    task_id: TaskArg,
+    text: Annotated[str, typer.Argument(help="The answer to the task's question.")],
+    store: StoreOpt = None,
+    max_steps: MaxStepsOpt = 50,
+    quiet: QuietOpt = False,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    policy: PolicyOpt = "state",
+    max_repairs: RepairsOpt = 2,
+    max_calls: CallsOpt = None,
+    max_tokens: TokensOpt = None,
+    max_cost: CostOpt = None,
+    price_in: PriceInOpt = None,
+    price_out: PriceOutOpt = None,
+    max_stalled: StalledOpt = 10,
+    on_stall: OnStallOpt = "fail",
+) -> None:
+    """Answer a task waiting for the user, then keep running it."""
+    db = _store(store)
+    agent = _agent_for(db, task_id)
+    _drive(
+        agent,
+        db,
+        task_id,
+        inputs=[],
+        max_steps=max_steps,
+        verbose=not quiet,
+        reply=text,
+        decisions=_Decisions(
+            model,
+            base_url,
+            policy,
+            max_repairs,
+            max_calls,
+            max_tokens,
+            max_cost,
+            price_in,
+            price_out,
+            max_stalled,
+            on_stall,
+        ),
+    )

@@ -1,0 +1,441 @@
+"""The act phase: validate a decided action and carry it out against a state.
+
+A skill call is validated (the skill exists, its ``when`` holds, its params
+parse, the machine allows its step), then attempted up to its retry budget:
+run (or, for an effect whose outcome is unknown, probe first), apply the
+proposed writes to a copy, verify, check the agent's invariants. Only a
+passing attempt's writes reach the draft. A question, a finish and a failure
+have their own rules; every refusal becomes an error-log entry and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from skillstate._validation import first_error
+from skillstate.engine.actions import Action, AskUser, CallSkill, Finish
+from skillstate.engine.agent import Agent
+from skillstate.engine.draft import Draft, decision, reject
+from skillstate.errors import (
+    ActionRejected,
+    IllegalTransition,
+    OutputNotDeclared,
+    StateError,
+    ToolNotAllowed,
+)
+from skillstate.events import SkillTransition, ToolCall, Verdict
+from skillstate.skills.skill import Outcome, Skill, SkillContext
+from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
+from skillstate.state.redact import Redactor
+from skillstate.store.base import Store
+
+__all__ = ["Acting", "Attempt", "get_path"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run (or probe) of a skill, verified: what it proposed and what was wrong."""
+
+    outcome: Outcome | None
+    candidate: AgentState
+    verdict: Verdict | None
+    failure: tuple[str, str] | None
+    """``(kind, message)`` when the attempt failed."""
+    permanent: bool = False
+
+
+@dataclass(frozen=True)
+class Acting:
+    """Carries out actions for one agent against one store (the runtime's act phase)."""
+
+    agent: Agent
+    store: Store
+    max_retries: int
+    redactor: Callable[[AgentState], Redactor]
+
+    # ------------------------------------------------------------------ dispatch
+
+    def handle(self, state: AgentState, action: Action, step_id: str) -> Draft:
+        """The draft of ``action`` taken in ``state`` (a refusal is a draft too)."""
+        try:
+            if isinstance(action, CallSkill):
+                skill, params, target = self.validate_call(state, action)
+                return self.attempts(
+                    state, action, skill, params=params, target=target, step_id=step_id
+                )
+            if isinstance(action, AskUser):
+                return self._ask_user(state, action, step_id)
+            if isinstance(action, Finish):
+                return self._finish(state, action, step_id)
+            return self._fail(state, action, step_id)
+        except IllegalTransition as exc:
+            return reject(state, step_id, "illegal_transition", str(exc), _skill_of(action))
+        except ActionRejected as exc:
+            return reject(state, step_id, "action_rejected", str(exc), _skill_of(action))
+
+    def validate_call(
+        self, state: AgentState, action: CallSkill
+    ) -> tuple[Skill[Any, Any], BaseModel, str]:
+        """The skill, its validated params and the step it enters; raises if refused."""
+        skill = self.agent.skills.get(action.skill)
+        if skill is None:
+            raise ActionRejected(
+                f"unknown skill {action.skill!r}; known: {', '.join(self.agent.skills.names)}"
+            )
+        if not skill.when(state):
+            raise ActionRejected(f"skill {skill.name!r} does not apply now (its `when` is false)")
+        try:
+            params = skill.params.model_validate(action.params)
+        except ValidationError as exc:
+            raise ActionRejected(
+                f"invalid params for {skill.name!r}: {first_error(exc, 'params')}"
+            ) from exc
+        target = action.next_step or skill.step
+        if target is not None:
+            self.agent.machine.check(state.current_step, target)
+            if action.next_step is not None:
+                self._check_not_stranded(state, target)
+        return skill, params, target or state.current_step
+
+    # ------------------------------------------------------------------ skills
+
+    def attempts(
+        self,
+        state: AgentState,
+        action: CallSkill,
+        skill: Skill[Any, Any],
+        *,
+        params: BaseModel,
+        target: str,
+        step_id: str,
+        key: str | None = None,
+    ) -> Draft:
+        """Run ``skill`` up to its retry budget; the first verified attempt is the draft."""
+        retries = skill.max_retries if skill.max_retries is not None else self.max_retries
+        max_attempts = retries + 1
+        calls: list[ToolCall] = []
+        errors: list[ErrorEntry] = []
+        result: Attempt | None = None
+        ctx: SkillContext | None = None
+        record_id = f"{step_id}-{skill.name}"
+        for number in range(1, max_attempts + 1):
+            ctx = self.context(skill, state, record_id, number, params=params, key=key)
+            # An effect is probed before every run: its key belongs to the logical
+            # step, so it may have happened already (a crash, a failed attempt, a
+            # re-decision, a rollback that kept its effects).
+            probe = skill.effects
+            result = self.attempt(skill, state, params, ctx, probe=probe)
+            calls += ctx.calls
+            if result.failure is None:
+                return self._succeeded(
+                    state,
+                    action,
+                    skill,
+                    result,
+                    ctx,
+                    target=target,
+                    record_id=record_id,
+                    attempt=number,
+                    calls=calls,
+                )
+            kind, message = result.failure
+            errors.append(
+                ErrorEntry(
+                    kind=kind,
+                    message=message,
+                    step_id=step_id,
+                    skill=skill.name,
+                    attempt=number,
+                    max_attempts=max_attempts,
+                    permanent=result.permanent,
+                )
+            )
+            if kind == "output_not_declared" or result.permanent:
+                break  # a contract bug, or a verify that says retrying cannot help
+        outcome = result.outcome if result is not None else None
+        return self._give_up(
+            state,
+            action,
+            skill,
+            step_id=step_id,
+            errors=errors,
+            calls=calls,
+            outcome=outcome,
+            ctx=ctx,
+        )
+
+    def attempt(
+        self,
+        skill: Skill[Any, Any],
+        state: AgentState,
+        params: BaseModel,
+        ctx: SkillContext,
+        *,
+        probe: bool,
+    ) -> Attempt:
+        """Run (or probe) and verify once."""
+        try:
+            found = skill.probe(state, params, ctx) if probe else None
+            ctx.found_by_probe = found is not None
+            outcome = found if found is not None else skill.run(state, params, ctx)
+        except ToolNotAllowed as exc:
+            return Attempt(None, state, None, ("tool_not_allowed", str(exc)))
+        except Exception as exc:
+            return Attempt(None, state, None, ("skill_error", f"{type(exc).__name__}: {exc}"))
+        undeclared = skill.undeclared_writes(outcome.writes)
+        if undeclared:
+            refused = OutputNotDeclared(skill.name, undeclared, skill.outputs)
+            return Attempt(outcome, state, None, ("output_not_declared", str(refused)))
+        try:
+            candidate = state.with_writes(outcome.writes)  # the step's one validation
+        except StateError as exc:
+            return Attempt(outcome, state, None, ("invalid_output", str(exc)))
+        try:
+            verdict = skill.verify(candidate, outcome)
+        except Exception as exc:
+            return Attempt(outcome, state, None, ("verify_error", f"{type(exc).__name__}: {exc}"))
+        if not verdict.ok:
+            reason = verdict.reason or "verify failed"
+            return Attempt(
+                outcome, state, verdict, ("verify_failed", reason), permanent=verdict.permanent
+            )
+        broken = self.agent.broken_invariant(candidate)
+        if broken is not None:
+            return Attempt(outcome, state, verdict, ("invariant_failed", broken))
+        return Attempt(outcome, candidate, verdict, None)
+
+    def context(
+        self,
+        skill: Skill[Any, Any],
+        state: AgentState,
+        record_id: str,
+        attempt: int,
+        *,
+        params: BaseModel | None = None,
+        key: str | None = None,
+        compensating: bool = False,
+    ) -> SkillContext:
+        return SkillContext(
+            skill=skill.name,
+            task_id=state.task_id,
+            step_id=record_id,
+            attempt=attempt,
+            tools={name: self.agent.tools[name] for name in skill.tools},
+            store=self.store,
+            idempotency_key=key if skill.effects else None,
+            redactor=self.redactor(state),
+            params=params,
+            compensating=compensating,
+        )
+
+    def _succeeded(
+        self,
+        state: AgentState,
+        action: CallSkill,
+        skill: Skill[Any, Any],
+        result: Attempt,
+        ctx: SkillContext,
+        *,
+        target: str,
+        record_id: str,
+        attempt: int,
+        calls: list[ToolCall],
+    ) -> Draft:
+        outcome = result.outcome
+        writes = outcome.writes if outcome else {}
+        transition = None
+        if skill.name != state.active_skill:
+            transition = SkillTransition(
+                from_skill=state.active_skill, to_skill=skill.name, reason=action.reason
+            )
+        record = StepRecord(
+            id=record_id,
+            step=target,
+            action="call_skill",
+            skill=skill.name,
+            summary=outcome.summary if outcome else "",
+            fingerprints=tuple(ctx.fingerprints),
+            # Only a step that can go stale needs to know what its writes replaced.
+            undo=_previous(state, writes) if ctx.fingerprints else None,
+        )
+        after = (
+            result.candidate.with_evidence(outcome.evidence if outcome else ())
+            .replace(
+                status=TaskStatus.RUNNING,
+                current_step=target,
+                active_skill=skill.name,
+                last_decision=decision(action, skill.name),
+                inbox=None,
+                question=None,
+            )
+            .with_step(record)
+        )
+        return Draft(
+            after=after,
+            step_id=record.id,
+            skill=skill,
+            verdict=result.verdict,
+            attempts=attempt,
+            tool_calls=tuple(calls),
+            transition=transition,
+            found_by_probe=ctx.found_by_probe,
+        )
+
+    def _give_up(
+        self,
+        state: AgentState,
+        action: CallSkill,
+        skill: Skill[Any, Any],
+        *,
+        step_id: str,
+        errors: list[ErrorEntry],
+        calls: list[ToolCall],
+        outcome: Outcome | None,
+        ctx: SkillContext | None,
+    ) -> Draft:
+        last = errors[-1]
+        rolled_back = "no rollback declared"
+        compensated = False
+        if skill.has_rollback and ctx is not None:
+            try:
+                skill.rollback(state, outcome, ctx)
+                rolled_back = "rolled back"
+                compensated = True
+            except Exception as exc:
+                rolled_back = f"rollback failed: {type(exc).__name__}: {exc}"
+                errors.append(
+                    last.model_copy(update={"kind": "rollback_failed", "message": str(exc)})
+                )
+        summary = ErrorEntry(
+            kind="step_failed",
+            message=f"{skill.name} failed after {last.attempt} attempt(s): {last.message}; "
+            f"{rolled_back}",
+            step_id=step_id,
+            skill=skill.name,
+            attempt=last.attempt,
+            max_attempts=last.max_attempts,
+            permanent=last.permanent,
+        )
+        after = state
+        for entry in (*errors, summary):
+            after = after.with_error(entry)
+        after = after.replace(
+            status=TaskStatus.RUNNING, last_decision=decision(action, skill.name), inbox=None
+        )
+        return Draft(
+            after=after,
+            step_id=step_id,
+            skill=skill,
+            verdict=Verdict.failed(last.message, permanent=last.permanent),
+            attempts=last.attempt,
+            tool_calls=tuple(calls),
+            error=summary.message,
+            failed=last.message,
+            compensated=compensated,
+        )
+
+    # ------------------------------------------------------------------ other actions
+
+    def _ask_user(self, state: AgentState, action: AskUser, step_id: str) -> Draft:
+        if not self.agent.can_ask:
+            # Any policy, not only a model's: an unattended task never waits.
+            message = "ask_user is not available: this agent runs unattended"
+            return reject(state, step_id, "action_rejected", message, None)
+        target = action.next_step or state.current_step
+        if action.next_step is not None:
+            self.agent.machine.check(state.current_step, target)
+            self._check_not_stranded(state, target)
+        record = StepRecord(
+            id=f"{step_id}-ask_user", step=target, action="ask_user", summary=action.question
+        )
+        after = state.replace(
+            status=TaskStatus.WAITING_USER,
+            question=action.question,
+            current_step=target,
+            last_decision=decision(action, target),
+            inbox=None,
+        ).with_step(record)
+        return Draft(after=after, step_id=record.id)
+
+    def _finish(self, state: AgentState, action: Finish, step_id: str) -> Draft:
+        machine = self.agent.machine
+        target = action.next_step or machine.finish_step(state.current_step)
+        if target is None:
+            raise IllegalTransition(
+                state.current_step, "<final step>", machine.allowed(state.current_step)
+            )
+        if target != state.current_step:
+            machine.check(state.current_step, target)
+        if target not in machine.final:
+            raise ActionRejected(f"cannot finish in {target!r}: it is not a final step")
+        if state.pending_steps and not self.agent.finish_with_pending:
+            raise ActionRejected(
+                f"cannot finish: steps still pending ({', '.join(state.pending_steps)}); "
+                "do them first"
+            )
+        record = StepRecord(
+            id=f"{step_id}-finish", step=target, action="finish", summary=action.summary
+        )
+        after = state.replace(
+            status=TaskStatus.COMPLETED,
+            current_step=target,
+            last_decision=decision(action, target),
+            inbox=None,
+            question=None,
+            active_skill=None,
+        ).with_step(record)
+        transition = None
+        if state.active_skill is not None:
+            transition = SkillTransition(
+                from_skill=state.active_skill, to_skill=None, reason="task finished"
+            )
+        return Draft(after=after, step_id=record.id, transition=transition)
+
+    def _fail(self, state: AgentState, action: Action, step_id: str) -> Draft:
+        message = action.reason or "the policy gave up"
+        record = StepRecord(id=f"{step_id}-fail", step=state.current_step, action="fail")
+        after = (
+            state.with_error(ErrorEntry(kind="task_failed", message=message, step_id=step_id))
+            .replace(status=TaskStatus.FAILED, last_decision=decision(action, None), inbox=None)
+            .with_step(record)
+        )
+        return Draft(after=after, step_id=record.id, error=message)
+
+    def _check_not_stranded(self, state: AgentState, target: str) -> None:
+        """Refuse a decision that moves the task to a step where nothing could apply.
+
+        A small model once moved the ticket demo to its final step with a question
+        while work was still pending: after the reply no skill could run there and
+        finishing was refused, so the task could only stall.
+        """
+        if self.agent.can_continue_from(target, pending=state.pending_steps):
+            return
+        raise ActionRejected(
+            f"next_step {target!r} would leave nothing that can apply (no skill can run "
+            f"from there, and the task cannot finish there"
+            + (f" with {', '.join(state.pending_steps)} pending" if state.pending_steps else "")
+            + ")"
+        )
+
+
+def _skill_of(action: Action) -> str | None:
+    return action.skill if isinstance(action, CallSkill) else None
+
+
+def get_path(document: Mapping[str, Any], path: str) -> Any:
+    """The value at dotted ``path`` of a JSON document, or ``None`` where it is missing."""
+    node: Any = document
+    for part in path.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def _previous(state: AgentState, writes: Mapping[str, Any]) -> dict[str, Any]:
+    document = state.model_dump(mode="json")
+    return {path: get_path(document, path) for path in writes}

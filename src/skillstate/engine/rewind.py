@@ -1,0 +1,192 @@
+"""Going back: ``rollback`` (restore an earlier version) and ``fork`` (branch from one).
+
+The card can go back; the world cannot. Effects that reached the world after
+the target version (a ledger line, an e-mail, a charge) are still there, and
+the old version does not know about them. So both operations first list the
+effects they would cross (:func:`~skillstate.engine.effects.crossed_effects`)
+and, when there are any, do what the caller chose:
+
+* ``refuse`` (the default): nothing is written; the error names the effects.
+* ``keep``: restore anyway and leave the effects in the world. Effect keys
+  belong to the logical step, so when the task re-does one of those steps its
+  probe finds the effect by its key instead of running it again.
+* ``compensate`` (rollback only): restore, and queue each crossed effect for its
+  skill's ``rollback`` hook, newest first. The restore and the queue are one
+  commit; the runtime then runs the queue before anything else, committing after
+  each compensation, so a crash in the middle resumes where it stopped.
+
+History is kept either way: the rollback is itself a version with its own event.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from skillstate.engine.agent import Agent
+from skillstate.engine.effects import EffectRecord, crossed_effects, describe
+from skillstate.errors import EffectsCrossed, TaskNotFound, UsageError
+from skillstate.events import Event
+from skillstate.state.diff import make_patch
+from skillstate.state.model import AgentState
+from skillstate.store.base import Checkpoint, Store
+
+__all__ = ["EffectChoice", "fork_task", "rollback_task"]
+
+EffectChoice = Literal["refuse", "keep", "compensate"]
+
+
+def rollback_task(
+    store: Store,
+    task_id: str,
+    to_version: int,
+    *,
+    effects: EffectChoice = "refuse",
+    agent: Agent | None = None,
+) -> int:
+    """Make the state of ``to_version`` the new head, as a new commit; returns its version.
+
+    With ``effects="compensate"`` the crossed effects are queued in the new head;
+    run them with ``Runtime(agent, store).compensate(task_id)`` (or any ``run``,
+    which settles them first). Compensating needs ``agent`` to check that every
+    crossed effect's skill has a rollback hook.
+    """
+    head = store.load(task_id)
+    if not 1 <= to_version < head.version:
+        raise UsageError(
+            f"--to must be between 1 and {head.version - 1} (task {task_id!r} is at "
+            f"version {head.version})"
+        )
+    _check_settled(head.state, task_id)
+    target = _kept(store, task_id, to_version)
+    crossed = crossed_effects(store.events(task_id), head.version, to_version)
+    if crossed and effects == "refuse":
+        raise EffectsCrossed(
+            f"rolling back task {task_id!r} to version {to_version} would cross "
+            f"{len(crossed)} effect(s) that reached the world: {describe(crossed)}; "
+            "choose --compensate (undo them with each skill's rollback, newest first) or "
+            "--keep-effects (keep them; re-done steps find them by their keys)",
+            crossed,
+        )
+    queue: list[dict[str, Any]] = []
+    if crossed and effects == "compensate":
+        _check_compensable(agent, crossed)
+        queue = [
+            {"key": r.key, "skill": r.skill, "params": r.params, "version": r.version}
+            for r in crossed
+        ]
+    document = dict(target.state)
+    document["version"] = head.version + 1
+    # Which keys were undone is a fact about the world, not about the old version.
+    document["effect_generations"] = dict(head.state.get("effect_generations") or {})
+    document["compensations"] = queue
+    action: dict[str, Any] = {"kind": "rollback", "to_version": to_version}
+    if crossed:
+        action["effects"] = effects
+        action["crossed"] = [r.key for r in crossed]
+    event = Event(
+        task_id=task_id,
+        version=head.version + 1,
+        actor="human",
+        action=action,
+        patch=make_patch(head.state, document),
+    )
+    return store.commit(task_id, head.version, document, event)
+
+
+def fork_task(
+    store: Store,
+    agent: Agent,
+    task_id: str,
+    at_version: int,
+    new_id: str,
+    *,
+    effects: EffectChoice = "refuse",
+) -> AgentState:
+    """Start task ``new_id`` from version ``at_version`` of ``task_id`` (version 1 of the fork).
+
+    Effects the source made after ``at_version`` stay in the world and the fork's
+    card does not know them: with ``effects="keep"`` the fork starts anyway (its
+    own effects run under its own keys), otherwise it is refused.
+    """
+    try:
+        store.load(new_id)
+    except TaskNotFound:
+        pass
+    else:
+        raise UsageError(f"task {new_id!r} already exists; pick another --new-id")
+    if effects == "compensate":
+        raise UsageError(
+            "a fork cannot undo the source's effects (the source task still owns them); "
+            f"roll the source back first (skillstate rollback {task_id} --to {at_version} "
+            "--compensate), or fork with --keep-effects"
+        )
+    source = _kept(store, task_id, at_version)
+    state = agent.parse_state(source.state, task_id=task_id)
+    if state.pending_effect is not None:
+        # The fork would get a new idempotency key and could repeat an effect that
+        # already happened in the original task.
+        raise UsageError(
+            f"version {at_version} of {task_id!r} has an effect in flight "
+            f"({state.pending_effect.skill}); fork at {at_version - 1} or {at_version + 1}"
+        )
+    head = store.load(task_id)
+    crossed = crossed_effects(store.events(task_id), head.version, at_version)
+    if crossed and effects == "refuse":
+        raise EffectsCrossed(
+            f"task {task_id!r} made {len(crossed)} effect(s) after version {at_version} that "
+            f"the fork would not know about: {describe(crossed)}; pass --keep-effects to fork "
+            "anyway (they stay in the world; the fork's own effects get its own keys)",
+            crossed,
+        )
+    forked = state.evolve(task_id=new_id, version=1, compensations=(), effect_generations={})
+    document = forked.to_json()
+    action: dict[str, Any] = {"kind": "fork", "from_task": task_id, "from_version": at_version}
+    if crossed:
+        action["effects"] = effects
+        action["crossed"] = [r.key for r in crossed]
+    event = Event(task_id=new_id, version=1, actor="human", action=action)
+    store.commit(new_id, 0, document, event)
+    return forked
+
+
+def _check_settled(head: dict[str, Any], task_id: str) -> None:
+    if head.get("pending_effect"):
+        raise UsageError(
+            f"task {task_id!r} has an effect in flight; resume it to settle the effect first "
+            "(it may or may not have happened: only its probe can tell)"
+        )
+    if head.get("compensations"):
+        raise UsageError(
+            f"task {task_id!r} is still undoing effects of a rollback; resume it to finish first"
+        )
+
+
+def _check_compensable(agent: Agent | None, crossed: list[EffectRecord]) -> None:
+    if agent is None:
+        raise UsageError("compensating needs the agent (its skills' rollback hooks)")
+    missing = sorted(
+        {
+            r.skill
+            for r in crossed
+            if (skill := agent.skills.get(r.skill)) is None or not skill.has_rollback
+        }
+    )
+    if missing:
+        raise EffectsCrossed(
+            f"cannot compensate: {', '.join(missing)} has no rollback hook to undo its effects "
+            f"({describe([r for r in crossed if r.skill in missing])}); use --keep-effects, or "
+            "undo them by hand first",
+            crossed,
+        )
+
+
+def _kept(store: Store, task_id: str, version: int) -> Checkpoint:
+    """A kept checkpoint; asking for one that does not exist (or was pruned) is bad input."""
+    kept = [info.version for info in store.checkpoints(task_id)]
+    if version not in kept:
+        span = f"{kept[0]}..{kept[-1]}" if kept else "none"
+        raise UsageError(
+            f"task {task_id!r} has no kept checkpoint at version {version} "
+            f"({len(kept)} kept, {span}; see skillstate checkpoints {task_id})"
+        )
+    return store.checkpoint(task_id, version)
