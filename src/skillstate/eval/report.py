@@ -35,6 +35,7 @@ from skillstate.eval.metrics import (
     tokens_by_step,
 )
 from skillstate.eval.results import TaskResult
+from skillstate.state.redact import RedactionPolicy
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -122,6 +123,9 @@ def write_report(
         "prompt_tokens_by_step": {name: [round(v, 1) for v in c] for name, c in curves.items()},
         "tasks": [run.as_json() for run in _sorted_runs(results)],
     }
+    # Reports get shared: a token or phone number in a failure reason stays behind.
+    redactor = RedactionPolicy().redactor()
+    document = redactor.json(document)
     json_path.write_text(
         json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
         encoding="utf-8",
@@ -129,17 +133,19 @@ def write_report(
 
     md_path = out / "report.md"
     md_path.write_text(
-        _markdown(
-            results,
-            summary,
-            model=model,
-            suite=suite,
-            seeds=seeds,
-            command=command_text,
-            started_at=started_text,
-            duration_s=duration_s,
-            machine=machine,
-            with_plots=draw,
+        redactor.text(
+            _markdown(
+                results,
+                summary,
+                model=model,
+                suite=suite,
+                seeds=seeds,
+                command=command_text,
+                started_at=started_text,
+                duration_s=duration_s,
+                machine=machine,
+                with_plots=draw,
+            )
         ),
         encoding="utf-8",
     )
