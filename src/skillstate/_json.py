@@ -10,10 +10,10 @@ construction (they come from ``model_dump``/``json.loads``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["dumps"]
+__all__ = ["dumps", "get_path"]
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _escape: Callable[[str], str] = json.encoder.encode_basestring
@@ -45,3 +45,13 @@ if _c_make_encoder is not None:
 
 else:  # pragma: no cover - interpreters without the C accelerator
     dumps = _fallback
+
+
+def get_path(document: Mapping[str, Any], path: str) -> Any:
+    """The value at dotted ``path`` of a JSON document, or ``None`` where it is missing."""
+    node: Any = document
+    for part in path.split("."):
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node

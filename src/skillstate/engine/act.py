@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from skillstate._json import get_path
 from skillstate._validation import first_error
 from skillstate.engine.actions import Action, AskUser, CallSkill, Finish
 from skillstate.engine.agent import Agent
@@ -33,7 +34,7 @@ from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatu
 from skillstate.state.redact import Redactor
 from skillstate.store.base import Store
 
-__all__ = ["Acting", "Attempt", "get_path"]
+__all__ = ["Acting", "Attempt"]
 
 
 @dataclass(frozen=True)
@@ -424,16 +425,6 @@ class Acting:
 
 def _skill_of(action: Action) -> str | None:
     return action.skill if isinstance(action, CallSkill) else None
-
-
-def get_path(document: Mapping[str, Any], path: str) -> Any:
-    """The value at dotted ``path`` of a JSON document, or ``None`` where it is missing."""
-    node: Any = document
-    for part in path.split("."):
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
 
 
 def _previous(state: AgentState, writes: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from skillstate._json import get_path
 from skillstate.errors import StoreError, UsageError
 from skillstate.events import Event
 from skillstate.store.base import Store
@@ -208,7 +209,7 @@ def _diverged(
         except StoreError:  # pruned: this step's facts can no longer be read
             state = {}
         for key, value in expected.facts[decision - 1].items() if state else ():
-            got = _get(state, key)
+            got = get_path(state, key)
             if _norm(got) != _norm(value):
                 return f"{key} is {got!r}, expected {value!r}"
     skill = event.action.get("skill")
@@ -240,15 +241,6 @@ def _settled(store: Store, task_id: str, version: int, head: int) -> dict[str, A
     if doc.get("pending_effect") and version < head:
         doc = store.checkpoint(task_id, version + 1).state
     return doc
-
-
-def _get(doc: Mapping[str, Any], dotted: str) -> Any:
-    value: Any = doc
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part)
-    return value
 
 
 def _norm(value: Any) -> Any:

@@ -1,7 +1,7 @@
 """The runtime: load the head, then one step in four phases, until the task stops.
 
 A step is **decide** (render the view, ask the policy), **act** (validate and run
-the action: :mod:`skillstate.engine.act`), **settle** (judge the outcome: an
+the action: :mod:`skillstate.engine.act`), **settle** (:mod:`skillstate.engine.settle`: an
 effect's intent is committed first and settled after; the stall guard counts
 progress; invariants are checked) and **commit** (one state construction, its
 event and one atomic compare-and-set: :mod:`skillstate.engine.commit`). Anything
@@ -21,25 +21,20 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from skillstate.engine.act import Acting
 from skillstate.engine.actions import Action, CallSkill
 from skillstate.engine.agent import Agent
 from skillstate.engine.commit import Committer
-from skillstate.engine.draft import Draft, decision, reject, signature
-from skillstate.engine.effects import base_key, current_key, effect_key
+from skillstate.engine.draft import Draft, reject, signature
 from skillstate.engine.guard import Guard, OnStall
 from skillstate.engine.lease import Holder
 from skillstate.engine.policy import Decided
 from skillstate.engine.results import RunResult, StepReport, StopReason
+from skillstate.engine.settle import Settling
 from skillstate.engine.stale import stale_steps
 from skillstate.engine.transcript import conversation
 from skillstate.errors import (
-    ActionRejected,
-    CompensationFailed,
     DecisionFailed,
-    IllegalTransition,
     InvariantBroken,
     TaskNotFound,
     UsageError,
@@ -47,7 +42,7 @@ from skillstate.errors import (
 from skillstate.events import TokenUsage, utcnow
 from skillstate.llm.base import Prices, Usage
 from skillstate.llm.tokens import count_tokens
-from skillstate.state.model import AgentState, ErrorEntry, Intent, StepRecord, TaskStatus
+from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
 from skillstate.state.view import View
 from skillstate.store.base import Store
 
@@ -107,6 +102,7 @@ class Runtime:
         self.guard = Guard(max_stalled=max_stalled, max_repeats=max_repeats, on_stall=on_stall)
         self._committer = Committer(agent, store, observer)
         self._acting = Acting(agent, store, max_retries, self._committer.redactor)
+        self._settling = Settling(agent, self._acting, self._committer, self.guard)
 
     @property
     def observer(self) -> Callable[[StepReport], None] | None:
@@ -169,9 +165,9 @@ class Runtime:
         """
         state = self.load(task_id)
         if state.compensations:
-            return self._compensate(state)
+            return self._settling.compensate(state)
         if state.pending_effect is not None:
-            return self._settle_effect(state, resumed=True)
+            return self._settling.settle_effect(state, resumed=True)
         return self._step(state)
 
     def reply(self, task_id: str, text: str) -> AgentState:
@@ -220,7 +216,7 @@ class Runtime:
             state = self.load(task_id)
             if not state.compensations:
                 return done
-            self._compensate(state)
+            self._settling.compensate(state)
             done += 1
 
     # ------------------------------------------------------------------ the loop
@@ -234,11 +230,11 @@ class Runtime:
                 holder.renew()
             state = self.load(task_id)
             if state.compensations:
-                self._compensate(state)
+                self._settling.compensate(state)
                 continue
             if state.pending_effect is not None:
                 # A crash (or a kill) came between recording an effect and its outcome.
-                report = self._settle_effect(state, resumed=True)
+                report = self._settling.settle_effect(state, resumed=True)
                 if report.stalled:
                     return RunResult(report.after, "stalled", steps)
                 continue
@@ -314,9 +310,9 @@ class Runtime:
                     return self._stale_before_run(
                         state, action, found=found, usage=usage, view=view, started=started
                     )
-            intent = self._intent_for(state, action, step_id)
+            intent = self._settling.intent_for(state, action, step_id)
             if intent is not None:
-                return self._record_intent(
+                return self._settling.record_intent(
                     state, action, intent, view=view, started=started, usage=usage
                 )
         # act
@@ -324,8 +320,8 @@ class Runtime:
         draft.usage = usage
         # settle
         if draft.failed is None and draft.skill is None:
-            self._check_invariants(state, draft, step_id)
-        stalled = self._account(state, draft, signature(action))
+            self._settling.check_invariants(state, draft, step_id)
+        stalled = self._settling.account(state, draft, signature(action))
         # commit
         after, event = self._committer.commit(
             state, draft, action.model_dump(mode="json"), "policy", view=view, started=started
@@ -373,34 +369,13 @@ class Runtime:
             estimated=u.estimated,
             cost=self.prices.cost(u.prompt, u.completion, u.cached) if self.prices else None,
         )
-        stalled = self._account(state, draft, signature(None))
+        stalled = self._settling.account(state, draft, signature(None))
         after, event = self._committer.commit(
             state, draft, {"kind": "invalid"}, "policy", view=view, started=started
         )
         return StepReport(before=state, after=after, event=event, view=view, stalled=stalled)
 
     # ------------------------------------------------------------------ settle
-
-    def _account(self, before: AgentState, draft: Draft, action: str) -> str | None:
-        """The stall guard's verdict on a decision's draft (it stops the task if stuck)."""
-        reason = self.guard.account(before, draft, action)
-        if reason is not None:
-            self.guard.stop(draft, reason)
-        return reason
-
-    def _check_invariants(self, state: AgentState, draft: Draft, step_id: str) -> None:
-        """A question, finish or failure that would break an invariant is refused."""
-        broken = self.agent.broken_invariant(draft.after)
-        if broken is None:
-            return
-        refused = reject(state, step_id, "invariant_failed", f"invariant {broken}", None)
-        draft.after, draft.verdict, draft.error, draft.failed = (
-            refused.after,
-            refused.verdict,
-            refused.error,
-            refused.failed,
-        )
-        draft.step_id = step_id
 
     def _stale_before_run(
         self,
@@ -422,148 +397,6 @@ class Runtime:
         return StepReport(before=state, after=after, event=event, view=view)
 
     # ------------------------------------------------------------------ effects
-
-    def _intent_for(self, state: AgentState, action: CallSkill, step_id: str) -> Intent | None:
-        """The intent to record first when ``action`` calls an effectful skill, else None.
-
-        A call that will be rejected anyway returns None and goes the normal way
-        (its rejection is logged; no intent, nothing runs).
-        """
-        skill = self.agent.skills.get(action.skill)
-        if skill is None or not skill.effects:
-            return None
-        try:
-            _, params, target = self._acting.validate_call(state, action)
-        except (ActionRejected, IllegalTransition):
-            return None
-        data = params.model_dump(mode="json")
-        return Intent(
-            step_id=f"{step_id}-{skill.name}",
-            skill=skill.name,
-            params=data,
-            target=target,
-            reason=action.reason,
-            key=effect_key(state, skill.name, data),
-        )
-
-    def _record_intent(
-        self,
-        state: AgentState,
-        action: CallSkill,
-        intent: Intent,
-        *,
-        view: View,
-        started: datetime,
-        usage: TokenUsage,
-    ) -> StepReport:
-        """Commit the intent (the decision), then run the effect and commit its outcome."""
-        after = state.replace(
-            pending_effect=intent, last_decision=decision(action, intent.skill), inbox=None
-        )
-        skill = self.agent.skills[intent.skill]
-        draft = Draft(after=after, step_id=intent.step_id, skill=skill, usage=usage)
-        recorded, _ = self._committer.commit(
-            state, draft, action.model_dump(mode="json"), "policy", view=view, started=started
-        )
-        return self._settle_effect(recorded, resumed=False)
-
-    def _settle_effect(self, state: AgentState, *, resumed: bool) -> StepReport:
-        """Run (or, after a crash, first probe) the pending effect and commit its outcome."""
-        intent = state.pending_effect
-        assert intent is not None
-        key = current_key(state, intent.key)
-        if key != intent.key:
-            intent = intent.model_copy(update={"key": key})
-        started = utcnow()
-        action = CallSkill(skill=intent.skill, params=intent.params, reason=intent.reason)
-        step_number = intent.step_id.split("-", 1)[0]
-        skill = self.agent.skills.get(intent.skill)
-        draft: Draft
-        try:
-            if skill is None:
-                raise ActionRejected(f"effect of unknown skill {intent.skill!r} cannot be settled")
-            params = skill.params.model_validate(intent.params)
-        except (ActionRejected, ValidationError) as exc:
-            message = str(exc).splitlines()[0]
-            draft = reject(state, step_number, "action_rejected", message, intent.skill)
-        else:
-            draft = self._acting.attempts(
-                state,
-                action,
-                skill,
-                params=params,
-                target=intent.target,
-                step_id=step_number,
-                key=intent.key,
-            )
-        changes: dict[str, Any] = {"pending_effect": None}
-        outcome = "done" if draft.failed is None else "unverified"
-        if draft.failed is not None and draft.compensated:
-            # Undone: the next run of this logical step must not reuse the key.
-            outcome = "compensated"
-            base = base_key(intent.key)
-            gens = state.effect_generations
-            changes["effect_generations"] = {**gens, base: gens.get(base, 0) + 1}
-        draft.after = draft.after.replace(**changes)
-        settled: dict[str, Any] = {
-            "kind": "effect_resumed" if resumed else "effect",
-            "skill": intent.skill,
-            "key": intent.key,
-            "params": intent.params,
-            "outcome": outcome,
-        }
-        if draft.found_by_probe:
-            settled["found_by_probe"] = True
-        stalled = self._account(state, draft, signature(action))
-        after, event = self._committer.commit(state, draft, settled, "runtime", started=started)
-        return StepReport(before=state, after=after, event=event, stalled=stalled)
-
-    def _compensate(self, state: AgentState) -> StepReport:
-        """Undo the next queued effect with its skill's ``rollback`` hook; commit after it."""
-        item = state.compensations[0]
-        skill = self.agent.skills.get(item.skill)
-        ctx = None
-        try:
-            if skill is None or not skill.has_rollback:
-                raise CompensationFailed(f"skill {item.skill!r} has no rollback hook to undo it")
-            params = skill.params.model_validate(item.params)
-            ctx = self._acting.context(
-                skill,
-                state,
-                f"compensate-{item.key}",
-                1,
-                params=params,
-                key=item.key,
-                compensating=True,
-            )
-            skill.rollback(state, None, ctx)
-        except Exception as exc:
-            reason = str(exc)
-            if not isinstance(exc, CompensationFailed):
-                reason = f"{type(exc).__name__}: {exc}"
-            message = f"cannot undo effect {item.key} ({item.skill}): {reason}"
-            draft = Draft(
-                after=state.with_error(
-                    ErrorEntry(kind="compensation_failed", message=message, skill=item.skill)
-                ),
-                error=message,
-                tool_calls=tuple(ctx.calls) if ctx else (),
-            )
-            failed = {"kind": "compensate", "key": item.key, "skill": item.skill, "ok": False}
-            self._committer.commit(state, draft, failed, "runtime")
-            raise CompensationFailed(
-                f"{message}; it stays queued: fix the cause and resume task {state.task_id!r}"
-            ) from exc
-        base = base_key(item.key)
-        gens = state.effect_generations
-        after = state.replace(
-            compensations=state.compensations[1:],
-            effect_generations={**gens, base: gens.get(base, 0) + 1},
-        )
-        draft = Draft(after=after, skill=skill, tool_calls=tuple(ctx.calls))
-        done = {"kind": "compensate", "key": item.key, "skill": item.skill, "version": item.version}
-        final, event = self._committer.commit(state, draft, done, "runtime")
-        return StepReport(before=state, after=final, event=event)
 
 
 def _stopped(state: AgentState) -> StopReason | None:
