@@ -38,7 +38,7 @@ def ledger_task(tmp_path: Path) -> str:
 def test_ledger_demo_writes_each_entry_once(tmp_path: Path, ledger_task: str) -> None:
     """The ledger demo completes with one line per entry, keyed by task and step."""
     lines = (tmp_path / "ledger.txt").read_text().splitlines()
-    assert [line.split(" ", 1)[1] for line in lines] == [f"entry {n}" for n in range(1, 6)]
+    assert [line.split("\t", 1)[1] for line in lines] == [f"entry {n}" for n in range(1, 6)]
     assert all(line.startswith("L:") for line in lines)
     assert head_state(ledger_task, "L")["appended"] == 5
 
@@ -64,26 +64,35 @@ def test_doctor_prune_and_doctor_again(tmp_path: Path, ledger_task: str) -> None
     assert len(log_json(tmp_path, "L", ledger_task)) == head["version"]  # events are kept
 
 
-def test_doctor_reports_corruption_with_exit_5(tmp_path: Path, ledger_task: str) -> None:
-    """A hand-broken snapshot makes doctor exit 5 and name the version."""
+@pytest.mark.parametrize(
+    ("digest", "fragment"),
+    [
+        ("digest", "checksum does not match"),  # an edit past skillstate: the checksum
+        ("NULL", "appended"),  # a record from before checksums: the schema check
+    ],
+)
+def test_doctor_reports_corruption_with_exit_5(
+    tmp_path: Path, ledger_task: str, digest: str, fragment: str
+) -> None:
+    """A hand-broken snapshot makes doctor exit 5 and name the version and the problem."""
     conn = sqlite3.connect(tmp_path / "state.db")
     conn.execute(
-        "UPDATE versions SET snapshot = json_set(snapshot, '$.appended', 'many') "
-        "WHERE task_id = 'L' AND version = 1"
+        "UPDATE versions SET snapshot = json_set(snapshot, '$.appended', 'many'), "
+        f"digest = {digest} WHERE task_id = 'L' AND version = 1"
     )
     conn.commit()
     conn.close()
     code, out, err = run_cli(tmp_path, "doctor", "L", "--store", ledger_task)
     assert code == 5, out + err
     assert "corrupted" in out
-    assert "appended" in out
+    assert fragment in out
     assert_no_traceback(out, err)
 
 
 def test_broken_head_stops_resume_with_exit_5(tmp_path: Path, ledger_task: str) -> None:
     """A corrupted head refuses to run: one line, exit 5, nothing written."""
     conn = sqlite3.connect(tmp_path / "state.db")
-    conn.execute("UPDATE tasks SET head = json_set(head, '$.status', 'sleeping')")
+    conn.execute("UPDATE tasks SET head = json_set(head, '$.status', 'sleeping'), digest = NULL")
     conn.commit()
     before = conn.execute("SELECT head, version FROM tasks").fetchone()
     conn.close()
@@ -264,7 +273,7 @@ def test_two_workers_resuming_one_task(tmp_path: Path, ledger_task: str) -> None
     assert loser.startswith("error: ")
     assert "held by worker" in loser
     lines = ledger.read_text().splitlines()
-    assert [line.split(" ", 1)[1] for line in lines] == [f"entry {n}" for n in range(1, 9)]
+    assert [line.split("\t", 1)[1] for line in lines] == [f"entry {n}" for n in range(1, 9)]
     assert head_state(ledger_task, "L2")["appended"] == 8
 
 

@@ -114,8 +114,11 @@ def test_run_with_a_replayed_model(tmp_path: Path, cli_env: None) -> None:
     assert all(e["usage"]["calls"] == 1 for e in policy_events)
 
 
-def test_resume_continues_with_the_recorded_model(tmp_path: Path, cli_env: None) -> None:
-    """A task started with --model keeps deciding with it on resume, without --model."""
+def test_resume_names_the_recorded_model_and_continues_with_the_one_given(
+    tmp_path: Path, cli_env: None
+) -> None:
+    """The card's driver is a record: resume without --model is refused with the command to
+    run; with --model (the operator's choice) it goes on with that model."""
     cassette = tmp_path / "shop.json"
     recorder = RecordingProvider(ScriptedProvider(follow_plan, name="planner"), cassette)
     agent = replace(shop_agent(), policy=policy_for("state", recorder), ref=SHOP)
@@ -129,11 +132,16 @@ def test_resume_continues_with_the_recorded_model(tmp_path: Path, cli_env: None)
     )  # fmt: skip
     assert code == 4, out + err
     assert head_state(store, "S")["driver"]["model"] == model
-    # Resuming without --model asks the recorded model again. A replay starts its
-    # cassette from the first entry in a new process, so the third decision's
-    # request does not match entry 1 and the replay says so: proof it was asked
-    # (the agent's own scripted policy would simply have finished).
-    code, out, err = run_cli(tmp_path, "resume", "S", "-q", "--store", store)
+    code, out, err = run_cli(tmp_path, "resume", "S", "-q", "--agent", SHOP, "--store", store)
+    assert code == 2, out + err
+    assert f"pass --model {model}" in err
+    # With the model named, it is asked again. A replay starts its cassette from the
+    # first entry in a new process, so the third decision's request does not match
+    # entry 1 and the replay says so: proof it was asked (the agent's own scripted
+    # policy would simply have finished).
+    code, out, err = run_cli(
+        tmp_path, "resume", "S", "-q", "--agent", SHOP, "--model", model, "--store", store
+    )
     assert code == 1, out + err
     assert "shop.json" in err
     assert err.count("\n") == 1

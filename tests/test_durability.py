@@ -473,7 +473,8 @@ class TestDoctor:
         store, agent = self._task(tmp_path)
         conn = sqlite3.connect(tmp_path / "s.db")
         conn.execute(
-            "UPDATE versions SET snapshot = json_set(snapshot, '$.sent', 'lots') "
+            # digest = NULL: a record from before checksums, so the schema check is reached
+            "UPDATE versions SET snapshot = json_set(snapshot, '$.sent', 'lots'), digest = NULL "
             "WHERE task_id = 't' AND version = 1"
         )
         conn.commit()

@@ -81,7 +81,7 @@ class TestSet:
         db = tmp_path / "state.db"
         conn = sqlite3.connect(db)
         conn.execute(
-            "UPDATE tasks SET head = json_set(head, '$.current_step', 'nowhere') "
+            "UPDATE tasks SET head = json_set(head, '$.current_step', 'nowhere'), digest = NULL "
             "WHERE task_id = 'L'"
         )
         conn.commit()
@@ -217,7 +217,8 @@ class TestEditAndRepair:
         """show exits 5 with one line naming the field; set writes the fix over the raw head."""
         conn = sqlite3.connect(tmp_path / "state.db")
         conn.execute(
-            "UPDATE tasks SET head = json_set(head, '$.appended', 'many') WHERE task_id = 'L'"
+            "UPDATE tasks SET head = json_set(head, '$.appended', 'many'), digest = NULL "
+            "WHERE task_id = 'L'"
         )
         conn.commit()
         conn.close()

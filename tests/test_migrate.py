@@ -218,7 +218,12 @@ def edit_head(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
         (text,) = conn.execute("SELECT head FROM tasks WHERE task_id = ?", (TASK,)).fetchone()
         doc = json.loads(text)
         change(doc)
-        conn.execute("UPDATE tasks SET head = ? WHERE task_id = ?", (json.dumps(doc), TASK))
+        # digest = NULL: the record then loads as one written before checksums, so the
+        # test reaches the schema checks (tests/contract/test_integrity.py covers the
+        # checksum that catches an edit like this one first).
+        conn.execute(
+            "UPDATE tasks SET head = ?, digest = NULL WHERE task_id = ?", (json.dumps(doc), TASK)
+        )
         conn.commit()
     finally:
         conn.close()

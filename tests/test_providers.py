@@ -571,10 +571,11 @@ def test_recording_skips_failed_calls(tmp_path: Path) -> None:
     ],
 )
 def test_bad_cassettes_fail_on_open(tmp_path: Path, content: str | None, expected: str) -> None:
+    """A file that is not a cassette is the operator's bad input (exit 2), not a model error."""
     path = tmp_path / "cassette.json"
     if content is not None:
         path.write_text(content)
-    with pytest.raises(ProviderError, match=expected) as caught:
+    with pytest.raises(UsageError, match=expected) as caught:
         ReplayProvider(path)
     assert "\n" not in str(caught.value)
 

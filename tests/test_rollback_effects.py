@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from skillstate.effects import files
 from skillstate.engine.rewind import rollback_task
 from skillstate.engine.runtime import Runtime
 from skillstate.errors import CompensationFailed, UsageError
@@ -48,8 +49,12 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def entries(tmp_path: Path) -> list[str]:
-    """The ledger's entries (``entry N``), in file order, keys left out."""
-    return [line.split(" ", 1)[1] for line in (tmp_path / "ledger.txt").read_text().splitlines()]
+    """The ledger's live entries (``entry N``), in file order, keys left out."""
+    return [line for _, line in files.entries(tmp_path / "ledger.txt")]
+
+
+def keys(tmp_path: Path) -> list[str]:
+    return [key for key, _ in files.entries(tmp_path / "ledger.txt")]
 
 
 def kinds(events: list[dict[str, Any]], since: int) -> list[tuple[str, str]]:
@@ -112,11 +117,14 @@ def test_compensate_undoes_newest_first_then_each_entry_is_redone_once(
     code, _, err = run_cli(tmp_path, "resume", "L", "--store", url, "-q")
     assert code == 0, err
     assert entries(tmp_path) == [f"entry {n}" for n in range(1, 11)]
-    keys = [line.split(" ", 1)[0] for line in (tmp_path / "ledger.txt").read_text().splitlines()]
+    live = keys(tmp_path)
     # An undone key is never reused: a server that remembers keys would answer it with
     # the undone effect's result.
-    assert all(key.endswith("~1") for key in keys[4:])
-    assert len(set(keys)) == 10
+    assert all(key.endswith("~1") for key in live[4:])
+    assert len(set(live)) == 10
+    # A ledger is never rewritten: the undone lines are still there, retracted.
+    raw = (tmp_path / "ledger.txt").read_text().splitlines()
+    assert len(raw) == 10 + 6 + 6
 
 
 def test_fork_over_effects_needs_keep_effects(tmp_path: Path, url: str) -> None:
@@ -153,15 +161,15 @@ def test_compensation_resumes_where_a_failure_stopped_it(
 ) -> None:
     """A compensation that fails stays queued; the next run finishes the queue, then the task."""
     calls = Counter[str]()
-    original = ledger.remove_lines
+    original = files.retract
 
-    def flaky(path: str, *, prefix: str) -> int:
+    def flaky(path: str, key: str, reason: str = "") -> bool:
         calls["undo"] += 1
         if calls["undo"] == 3:
             raise OSError("disk went away")
-        return original(path, prefix=prefix)
+        return original(path, key, reason)
 
-    monkeypatch.setattr(ledger, "remove_lines", flaky)  # what the rollback hook calls
+    monkeypatch.setattr(files, "retract", flaky)  # what the rollback hook calls
     store = open_store(url)
     try:
         rollback_task(store, "L", 10, effects="compensate", agent=ledger.agent)

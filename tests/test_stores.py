@@ -69,7 +69,7 @@ class TestSQLite:
         for _ in range(3):
             store = SQLiteStore(tmp_path / "s.db")
             store.setup()
-            assert store.schema_versions() == [1, 2]
+            assert store.schema_versions() == [v for v, _ in MIGRATIONS]
             store.close()
 
     def test_wal_mode(self, tmp_path: Path) -> None:
@@ -101,7 +101,7 @@ class TestSQLite:
         conn.close()
 
         store = SQLiteStore(path)
-        assert store.schema_versions() == [1, 2]
+        assert store.schema_versions() == [v for v, _ in MIGRATIONS]
         assert store.load("t").state["facts"] == {"n": 2}
         assert store.checkpoint("t", 1).state["facts"] == {"n": 1}
         assert [c.snapshot for c in store.checkpoints("t")] == [True, True]

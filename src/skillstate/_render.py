@@ -166,17 +166,28 @@ def print_doctor(report: DoctorReport) -> None:
         f"task {escape(report.task_id)}: head {head}, {report.checked} kept checkpoints "
         f"({report.snapshots} snapshots) rebuilt and replayed; {schema}"
     )
+    sealed = report.sealed
+    if sealed:
+        versions = ", ".join(str(f.version) for f in sealed[:10])
+        more = " ..." if len(sealed) > 10 else ""
+        console.print(
+            f"[yellow]sealed, key needed[/]: {len(sealed)} version(s) hold sealed values and "
+            f"could not be validated without SKILLSTATE_KEY ({versions}{more})"
+        )
     if report.healthy:
-        console.print("[green]healthy[/]: every kept checkpoint loads; deltas replay to the head")
+        console.print(
+            "[green]healthy[/]: every kept checkpoint loads; deltas replay to the head; "
+            "the audit log has every version"
+        )
         return
     table = Table(title="problems")
     table.add_column("version")
     table.add_column("problem")
-    for finding in report.findings:
+    for finding in report.damage:
         version = "-" if finding.version is None else str(finding.version)
         table.add_row(version, escape(finding.message))
     console.print(table)
-    console.print(f"[red]corrupted[/]: {len(report.findings)} problem(s); nothing was changed")
+    console.print(f"[red]corrupted[/]: {len(report.damage)} problem(s); nothing was changed")
 
 
 def print_tokens(events: Sequence[Event], prices: Prices | None) -> None:

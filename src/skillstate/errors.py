@@ -8,6 +8,7 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   ├── TaskNotFound            no task with that id in the store
     │   ├── InvalidStoreURL         a store URL no backend understands
     │   ├── AgentImportError        MODULE:ATTR does not name an Agent
+    │   │   └── AgentNotAllowed     a stored agent reference the operator did not allow
     │   ├── MissingExtra            an optional dependency is not installed
     │   ├── SecretKeyMissing        a sensitive field needs SKILLSTATE_KEY (or the key is wrong)
     │   ├── EffectsCrossed          a rollback or fork would cross effects that reached the world
@@ -15,7 +16,9 @@ that callers (and the CLI's exit codes) can tell them apart::
     ├── StoreError                  a backend failed; driver errors are wrapped here
     │   ├── Conflict                another writer or worker got there first (exit 3)
     │   │   ├── StaleState          compare-and-set lost: someone committed first
-    │   │   └── LeaseHeld           another live worker holds the task
+    │   │   ├── LeaseHeld           another live worker holds the task
+    │   │   └── LeaseLost           this worker's lease was taken over (fencing token stale)
+    │   ├── StoreUnavailable        the database or server cannot be reached (exit 7)
     │   ├── StateCorrupted          a stored record does not load or validate (exit 5)
     │   └── ArtifactNotFound        no artifact under that ref
     ├── StateError                  the state itself refuses a change
@@ -61,6 +64,14 @@ class InvalidStoreURL(UsageError):
 
 class AgentImportError(UsageError):
     """``MODULE:ATTR`` did not lead to an :class:`~skillstate.Agent`."""
+
+
+class AgentNotAllowed(AgentImportError):
+    """A task's stored ``agent`` reference is not one the operator allowed.
+
+    Refused before anything is imported: importing a module runs its code, and the
+    reference is data anyone who can write the store can change.
+    """
 
 
 class MissingExtra(UsageError, ImportError):
@@ -123,6 +134,29 @@ class LeaseHeld(Conflict):
         self.task_id = task_id
         self.holder = holder
         self.expires_at = expires_at
+
+
+class LeaseLost(Conflict):
+    """A commit carried a fencing token that is no longer the task's lease generation.
+
+    Another worker took the task over (this one's lease expired while it was stuck);
+    nothing was written. An effect this worker ran meanwhile is found by the new
+    holder's probe, by its key, not run again.
+    """
+
+    def __init__(self, task_id: str, fence: int, current: int | None) -> None:
+        now = f"generation {current}" if current is not None else "no lease"
+        super().__init__(
+            f"task {task_id!r} was taken over by another worker (this worker held lease "
+            f"generation {fence}, the task now has {now}); nothing was written"
+        )
+        self.task_id = task_id
+        self.fence = fence
+        self.current = current
+
+
+class StoreUnavailable(StoreError):
+    """The store's database or server cannot be reached (down, refused, bad credentials)."""
 
 
 class StateCorrupted(StoreError):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -13,6 +14,7 @@ from tests.contract.backends import (
     drop_postgres_schemas,
     drop_redis_data,
 )
+from tests.contract.damage import DAMAGE, Damage
 
 
 @pytest.fixture(
@@ -21,9 +23,21 @@ from tests.contract.backends import (
         for name in sorted(BACKENDS)
     ]
 )
-def backend(request: pytest.FixtureRequest) -> Factory:
+def backend_name(request: pytest.FixtureRequest) -> str:
+    """The name of one backend (a key of ``BACKENDS``)."""
+    return cast("str", request.param)
+
+
+@pytest.fixture
+def backend(backend_name: str) -> Factory:
     """The factory of one backend; tests that reopen a store call it twice."""
-    return BACKENDS[request.param]
+    return BACKENDS[backend_name]
+
+
+@pytest.fixture
+def damage(backend_name: str) -> Damage:
+    """How to damage what this backend stored, from outside the Store protocol."""
+    return DAMAGE[backend_name]
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ Exit codes: 0 completed (or paused waiting for the user), 1 the task failed,
 2 bad input, 3 conflict (another writer committed first, or another worker holds
 the task), 4 stopped by --max-steps or a budget (resumable), 5 the stored state is
 corrupted or newer than this code (nothing was written), 6 the task stalled: its
-decisions stopped making progress (failed, or parked for a person with --on-stall park).
+decisions stopped making progress (failed, or parked for a person with --on-stall park),
+7 the store cannot be reached (a database or server down, refused, bad credentials).
 
 Only typer is imported at start-up; the runtime, stores and rich tables load in
 the commands that use them, so ``skillstate --help`` stays fast.
@@ -24,6 +25,7 @@ from skillstate.cli._app import (
     EXIT_CORRUPTED,
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_UNAVAILABLE,
     EXIT_USAGE,
     app,
 )
@@ -46,9 +48,15 @@ def _main(argv: list[str] | None) -> int:
         SchemaTooNew,
         SkillstateError,
         StateCorrupted,
+        StoreUnavailable,
         UsageError,
     )
 
+    args = sys.argv[1:] if argv is None else argv
+    bad = next((a for a in args if "\x00" in a or _not_utf8(a)), None)
+    if bad is not None:
+        _error(f"argument {bad!r} holds a NUL byte or text that is not UTF-8; nothing was run")
+        return EXIT_USAGE
     try:
         result = app(args=argv, prog_name="skillstate", standalone_mode=False)
     except typer.Exit as exc:
@@ -65,6 +73,9 @@ def _main(argv: list[str] | None) -> int:
     except (StateCorrupted, SchemaTooNew) as exc:
         _error(f"{exc}; nothing was written")
         return EXIT_CORRUPTED
+    except StoreUnavailable as exc:
+        _error(str(exc))
+        return EXIT_UNAVAILABLE
     except UsageError as exc:
         _error(str(exc))
         return EXIT_USAGE
@@ -81,6 +92,14 @@ def _main(argv: list[str] | None) -> int:
         _error(f"unexpected {type(exc).__name__}: {exc} (SKILLSTATE_DEBUG=1 shows the traceback)")
         return EXIT_FAILED
     return result if isinstance(result, int) else EXIT_OK
+
+
+def _not_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a non-UTF-8 byte in argv arrives as a lone surrogate
+        return True
+    return False
 
 
 def _error(message: str) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT, EXIT_BUDGET, EXIT_CORRUPTED = 0, 1, 2, 3, 4, 5
-EXIT_STALLED = 6
+EXIT_STALLED, EXIT_UNAVAILABLE = 6, 7
 DEMOS = ("ticket", "orders", "ledger")
 
 app = typer.Typer(
@@ -30,6 +30,16 @@ StoreOpt = Annotated[
     ),
 ]
 TaskArg = Annotated[str, typer.Argument(help="Task id.", show_default=False)]
+AgentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="The agent (MODULE:ATTR) to run the task with. Without it, the task's stored "
+        "agent is used only if the operator allowed it ([tool.skillstate] agents, "
+        "SKILLSTATE_AGENTS, a skillstate.agents entry point, or a bundled demo).",
+        show_default=False,
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 InputOpt = Annotated[
     list[str] | None,

@@ -64,7 +64,7 @@ class _Decisions:
         )
 
     def driver(self) -> dict[str, object] | None:
-        """What to record in a new task's card so later commands use the same model."""
+        """What to record in a new task's card: which model decides it (for display only)."""
         if self.model is None:
             return None
         base_url = self.base_url
@@ -77,19 +77,44 @@ class _Decisions:
             "base_url": base_url,
         }
 
-    def continuing(self, recorded: object) -> _Decisions:
-        """These options, or (without --model) the model the task was started with."""
-        if self.model is not None or not isinstance(recorded, dict):
-            return self
+    def configured(self) -> _Decisions:
+        """These options, with the operator's configured model where none was given."""
         from dataclasses import replace
 
-        return replace(
-            self,
-            model=str(recorded["model"]),
-            policy=str(recorded.get("policy") or "state"),
-            max_repairs=int(recorded.get("max_repairs") or 0),
-            base_url=self.base_url or recorded.get("base_url"),
-        )
+        from skillstate.config import load_config
+
+        if self.model is not None:
+            return self
+        config = load_config()
+        if config.model is None:
+            return self
+        return replace(self, model=config.model, base_url=self.base_url or config.base_url)
+
+    def continuing(self, task_id: str, recorded: object) -> _Decisions:
+        """The model options for a task that already exists.
+
+        The card's ``driver`` says which model decided the task so far; it is for
+        display only. The model, its server and its key come from the operator
+        (these options, the environment, the project file), never from the store:
+        a base URL written into the card must not receive the operator's API key.
+        """
+        from dataclasses import replace
+
+        from skillstate.errors import UsageError
+
+        decisions = self.configured()
+        if not isinstance(recorded, dict) or not recorded.get("model"):
+            return decisions
+        if decisions.model is None:
+            model = str(recorded["model"])
+            raise UsageError(
+                f"task {task_id!r} was decided by model {model!r} (recorded for display only: "
+                "the model, its server and key come from the operator); pass --model "
+                f"{model} (and --base-url if it needs one), or set SKILLSTATE_MODEL"
+            )
+        if decisions.policy == "state" and recorded.get("policy"):
+            decisions = replace(decisions, policy=str(recorded["policy"]))
+        return decisions
 
     def stall_mode(self) -> OnStall:
         from skillstate.errors import UsageError
@@ -115,19 +140,36 @@ class _Decisions:
 
 
 def _store(url: str | None) -> Store:
+    from skillstate.config import load_config
     from skillstate.store import open_store
 
-    return open_store(url)
+    return open_store(url or load_config().store)
 
 
-def _agent_for(store: Store, task_id: str) -> Agent:
+def _agent_for(store: Store, task_id: str, explicit: str | None = None) -> Agent:
+    """The agent of a task: ``--agent`` if given, else its stored reference if allowed.
+
+    The stored reference is data: it is checked against the operator's allow-list
+    before anything is imported (see :mod:`skillstate.config`).
+    """
+    from skillstate.config import allowed_agents, load_config
     from skillstate.engine.agent import load_agent
-    from skillstate.errors import AgentImportError
+    from skillstate.errors import AgentImportError, AgentNotAllowed
 
-    ref = store.load(task_id).state.get("agent")
-    if not ref:
-        raise AgentImportError(f"task {task_id!r} does not record which agent drives it")
-    return load_agent(str(ref))
+    if explicit is not None:
+        return load_agent(explicit, search_cwd=True)
+    ref = store.load(task_id, verify=False).state.get("agent")
+    if not ref or not isinstance(ref, str):
+        raise AgentImportError(
+            f"task {task_id!r} does not record which agent drives it; pass --agent MODULE:ATTR"
+        )
+    if ref not in allowed_agents(load_config()):
+        raise AgentNotAllowed(
+            f"task {task_id!r} names agent {ref!r}, which is not an allowed agent; pass "
+            "--agent MODULE:ATTR, or allow it in [tool.skillstate] agents (pyproject.toml or "
+            ".skillstate.toml) or SKILLSTATE_AGENTS"
+        )
+    return load_agent(ref, search_cwd=True)
 
 
 def _drive(
@@ -149,8 +191,9 @@ def _drive(
 
     decisions = decisions or _Decisions()
     if fields is None:
-        decisions = decisions.continuing(store.load(task_id).state.get("driver"))
+        decisions = decisions.continuing(task_id, store.load(task_id).state.get("driver"))
     else:
+        decisions = decisions.configured()
         driver = decisions.driver()
         if driver is not None:
             fields = {**fields, "driver": driver}
@@ -261,7 +304,7 @@ def _start(
     from skillstate.engine.agent import load_agent
     from skillstate.errors import UsageError
 
-    agent = load_agent(ref)
+    agent = load_agent(ref, search_cwd=True)
     store = _store(store_url)
     task = _new_task_id(agent, task_id)
     if _exists(store, task):
@@ -285,8 +328,7 @@ def _start(
 
 
 def _parse_assignments(items: list[str]) -> dict[str, object]:
-    import yaml
-
+    from skillstate._yaml import load_yaml
     from skillstate.errors import UsageError
 
     writes: dict[str, object] = {}
@@ -294,12 +336,6 @@ def _parse_assignments(items: list[str]) -> dict[str, object]:
         path, sep, text = item.partition("=")
         if not sep or not path.strip():
             raise UsageError(f"expected PATH=VALUE, got {item!r}")
-        try:
-            writes[path.strip()] = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError as exc:
-            first = str(exc).splitlines()[0]
-            raise UsageError(f"value of {path!r} is not valid YAML: {first}") from exc
+        what = f"value of {path.strip()!r}"
+        writes[path.strip()] = load_yaml(text, what=what) if text.strip() else ""
     return writes
-
-
-# ---------------------------------------------------------------- entry point

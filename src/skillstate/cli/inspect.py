@@ -11,6 +11,7 @@ import typer
 from skillstate.cli._app import (
     EXIT_CORRUPTED,
     EXIT_OK,
+    AgentOpt,
     JsonOpt,
     PriceInOpt,
     PriceOutOpt,
@@ -25,7 +26,12 @@ if TYPE_CHECKING:
 
 
 @app.command()
-def show(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def show(
+    task_id: TaskArg,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    agent_ref: AgentOpt = None,
+) -> None:
     """Print the state card of a task (--json: the whole state as one JSON object)."""
     db = _store(store)
     head = db.load(task_id)
@@ -38,7 +44,7 @@ def show(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> 
     from skillstate.state.model import AgentState
 
     try:
-        agent = _agent_for(db, task_id)
+        agent = _agent_for(db, task_id, agent_ref)
     except AgentImportError:
         # Without its agent the card is still readable as the base class.
         fields = {k: v for k, v in head.state.items() if k in AgentState.model_fields}
@@ -58,24 +64,39 @@ def show(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> 
 
 @app.command()
 def log(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> None:
-    """One event per committed step: version, action or skill, verdict, JSON Patch diff."""
-    events = _store(store).events(task_id)
+    """One event per committed step: version, action or skill, verdict, JSON Patch diff.
+
+    A damaged audit log (a version without its event) is reported, not hidden: the
+    events are printed, then the gap, and the exit code is 5.
+    """
+    from skillstate.engine.doctor import audit_gaps
+    from skillstate.errors import StateCorrupted
+
+    db = _store(store)
+    events = db.events(task_id)
+    try:
+        head: int | None = db.load(task_id).version
+    except StateCorrupted:
+        head = None
+    gaps = audit_gaps([e.version for e in events], head)
     if as_json:
         rows = [e.model_dump(mode="json") | {"diff": e.patch} for e in events]
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
-        return
-    from skillstate._render import print_events
+    else:
+        from skillstate._render import print_events
 
-    print_events(events)
+        print_events(events)
+    if gaps:
+        raise StateCorrupted(task_id, None, "; ".join(gaps) + " (skillstate doctor checks more)")
 
 
 @app.command()
-def view(task_id: TaskArg, store: StoreOpt = None) -> None:
+def view(task_id: TaskArg, store: StoreOpt = None, agent_ref: AgentOpt = None) -> None:
     """The exact view the next decision would see, with its token count."""
     from skillstate._render import console
 
     db = _store(store)
-    agent = _agent_for(db, task_id)
+    agent = _agent_for(db, task_id, agent_ref)
     rendered = agent.view(agent.parse_state(db.load(task_id).state))
     console.print(rendered.text, markup=False)
     console.print(f"[dim]{rendered.tokens} tokens ({rendered.tokenizer})[/]")
@@ -128,7 +149,7 @@ def checkpoints(task_id: TaskArg, store: StoreOpt = None) -> None:
 
 
 @app.command()
-def doctor(task_id: TaskArg, store: StoreOpt = None) -> None:
+def doctor(task_id: TaskArg, store: StoreOpt = None, agent_ref: AgentOpt = None) -> None:
     """Check a task's chain: every kept checkpoint loads and validates; deltas reach the head."""
     from skillstate._render import print_doctor
     from skillstate.engine.doctor import diagnose
@@ -137,7 +158,7 @@ def doctor(task_id: TaskArg, store: StoreOpt = None) -> None:
     db = _store(store)
     agent: Agent | None
     try:
-        agent = _agent_for(db, task_id)
+        agent = _agent_for(db, task_id, agent_ref)
     except (AgentImportError, StateCorrupted):
         agent = None  # still check the chain; schema checks need the agent
     report = diagnose(db, task_id, agent)

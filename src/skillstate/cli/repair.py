@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from skillstate.cli._app import StoreOpt, TaskArg, app
+from skillstate.cli._app import AgentOpt, StoreOpt, TaskArg, app
 from skillstate.cli._common import _agent_for, _new_task_id, _parse_assignments, _store
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ def rollback(
     task_id: TaskArg,
     to: Annotated[int, typer.Option("--to", help="Version to restore.", show_default=False)],
     store: StoreOpt = None,
+    agent_ref: AgentOpt = None,
     compensate: CompensateOpt = False,
     keep_effects: KeepEffectsOpt = False,
 ) -> None:
@@ -66,7 +67,7 @@ def rollback(
 
     choice = _effect_choice(compensate, keep_effects)
     db = _store(store)
-    agent = _agent_for(db, task_id) if choice == "compensate" else None
+    agent = _agent_for(db, task_id, agent_ref) if choice == "compensate" else None
     new_version = rollback_task(db, task_id, to, effects=choice, agent=agent)
     console.print(f"task {task_id} rolled back to version {to} as version {new_version}")
     if agent is not None:
@@ -103,6 +104,7 @@ def set_(
         list[str], typer.Argument(help="PATH=VALUE pairs; VALUE is YAML (3, true, [a, b]).")
     ],
     store: StoreOpt = None,
+    agent_ref: AgentOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Change fields of a task's state by hand (validated; logged as actor human).
@@ -111,11 +113,21 @@ def set_(
     document and committed if the result is valid.
     """
     from skillstate._render import console
-    from skillstate.engine.edits import set_fields
+    from skillstate.engine.edits import set_agent_reference, set_fields
+    from skillstate.errors import AgentImportError
 
     writes = _parse_assignments(assignments)
     db = _store(store)
-    state = set_fields(db, _agent_for(db, task_id), task_id, writes, force=force)
+    try:
+        agent = _agent_for(db, task_id, agent_ref)
+    except AgentImportError:
+        if set(writes) != {"agent"}:
+            raise
+        # The repair of a bad agent reference never imports it (or any other).
+        version = set_agent_reference(db, task_id, writes["agent"])
+        console.print(f"task {task_id}: set agent as version {version}")
+        return
+    state = set_fields(db, agent, task_id, writes, force=force)
     console.print(f"task {task_id}: set {', '.join(writes)} as version {state.version}")
 
 
@@ -123,6 +135,7 @@ def set_(
 def edit(
     task_id: TaskArg,
     store: StoreOpt = None,
+    agent_ref: AgentOpt = None,
     file: Annotated[
         Path | None,
         typer.Option(
@@ -140,7 +153,7 @@ def edit(
     from skillstate.errors import UsageError
 
     db = _store(store)
-    agent = _agent_for(db, task_id)
+    agent = _agent_for(db, task_id, agent_ref)
     if file is not None:
         try:
             text = file.read_text(encoding="utf-8")
@@ -163,6 +176,7 @@ def fork(
         str, typer.Option("--new-id", help="Id of the new task.", show_default=False)
     ],
     store: StoreOpt = None,
+    agent_ref: AgentOpt = None,
     compensate: CompensateOpt = False,
     keep_effects: KeepEffectsOpt = False,
 ) -> None:
@@ -174,12 +188,57 @@ def fork(
     from skillstate.engine.rewind import fork_task
 
     db = _store(store)
-    agent = _agent_for(db, task_id)
+    agent = _agent_for(db, task_id, agent_ref)
     _new_task_id(agent, new_id)
     fork_task(db, agent, task_id, at, new_id, effects=_effect_choice(compensate, keep_effects))
     console.print(
         f"task {new_id} starts from {task_id} version {at}; run it with: skillstate resume {new_id}"
     )
+
+
+@app.command()
+def unlock(
+    task_id: TaskArg,
+    store: StoreOpt = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Clear it even though its holder may be alive (another machine you know is "
+            "gone); the holder's later commits are refused (fencing).",
+        ),
+    ] = False,
+) -> None:
+    """Clear a task's stuck lease (recorded as a human event).
+
+    Without --force only a lease whose holder is gone: expired, or a process of
+    this host that has exited.
+    """
+    from skillstate._render import console
+    from skillstate.engine.edits import record_unlock
+    from skillstate.engine.lease import is_dead_local_worker
+    from skillstate.errors import Conflict, LeaseHeld, StateCorrupted
+    from skillstate.events import utcnow
+
+    db = _store(store)
+    try:
+        lease = db.lease(task_id)
+    except StateCorrupted:
+        if not force:
+            raise
+        lease = None  # damaged: force_release clears it whatever it holds
+    if lease is not None and not force:
+        gone = lease.expires_at <= utcnow() or is_dead_local_worker(lease.worker)
+        if not gone:
+            held = LeaseHeld(task_id, lease.worker, lease.expires_at)
+            raise Conflict(f"{held}; if that worker is gone, clear it with --force")
+    dropped = db.force_release(task_id)
+    if dropped is None:
+        console.print(f"task {task_id} holds no lease")
+        return
+    version = record_unlock(db, task_id, dropped.worker, dropped.generation, force=force)
+    where = f" (version {version})" if version is not None else ""
+    console.print(f"task {task_id}: lease of {dropped.worker} cleared{where}")
 
 
 @app.command()

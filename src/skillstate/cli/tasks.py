@@ -9,6 +9,7 @@ import typer
 
 from skillstate.cli._app import (
     DEMOS,
+    AgentOpt,
     BaseUrlOpt,
     CallsOpt,
     CostOpt,
@@ -118,7 +119,12 @@ def demo(
     fields: dict[str, object] | None = None
     if name == "ledger":
         path = os.path.abspath(ledger or os.path.join(".skillstate", "ledger.txt"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a", encoding="utf-8"):
+                pass  # writable now, or a one-line error now rather than mid-task
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot write the --ledger file {path!r}: {exc}") from exc
         fields = {"ledger": path, "target": 10 if steps is None else steps}
         fields["step_delay"] = step_delay or 0.0
     elif steps is not None or step_delay is not None or ledger is not None:
@@ -158,6 +164,7 @@ def demo(
 def resume(
     task_id: TaskArg,
     store: StoreOpt = None,
+    agent_ref: AgentOpt = None,
     input: InputOpt = None,
     max_steps: MaxStepsOpt = 50,
     quiet: QuietOpt = False,
@@ -175,7 +182,7 @@ def resume(
 ) -> None:
     """Continue a task from its stored state (after a stop, a crash or a budget)."""
     db = _store(store)
-    agent = _agent_for(db, task_id)
+    agent = _agent_for(db, task_id, agent_ref)
     _drive(
         agent,
         db,
@@ -204,6 +211,7 @@ def reply(
     task_id: TaskArg,
     text: Annotated[str, typer.Argument(help="The answer to the task's question.")],
     store: StoreOpt = None,
+    agent_ref: AgentOpt = None,
     max_steps: MaxStepsOpt = 50,
     quiet: QuietOpt = False,
     model: ModelOpt = None,
@@ -220,7 +228,7 @@ def reply(
 ) -> None:
     """Answer a task waiting for the user, then keep running it."""
     db = _store(store)
-    agent = _agent_for(db, task_id)
+    agent = _agent_for(db, task_id, agent_ref)
     _drive(
         agent,
         db,

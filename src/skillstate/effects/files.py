@@ -7,6 +7,9 @@ Two shapes of file effect:
   :func:`appended` answers whether it is. The check and the append happen under an
   exclusive ``flock`` on the file, so two processes appending the same key write it
   once; the record is one ``write`` on an ``O_APPEND`` descriptor, then ``fsync``.
+  Undoing is appending too, as a ledger would: :func:`retract` writes
+  ``-<key>\\t<reason>``, after which the key's line no longer counts (a compensation
+  that is safe to repeat, and history that is never rewritten).
 * **Replace a whole file** (a report, an export): :func:`write_once` writes the new
   content to a temporary file, fsyncs it and renames it over the target (readers see
   the old content or the new, never half of it), and records the key in a sidecar
@@ -50,11 +53,13 @@ from typing import Union
 
 from skillstate.errors import UsageError
 
-__all__ = ["append_once", "appended", "entries", "write_once", "written"]
+__all__ = ["append_once", "appended", "entries", "retract", "write_once", "written"]
 
 StrPath = Union[str, "os.PathLike[str]"]
 
 _MODE = 0o644
+_RETRACT = "-"
+"""Marks a retraction record: ``-<key>``. Keys may not start with it."""
 _PENDING = "pending"
 _DONE = "done"
 _TEMP = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{32}\.tmp")
@@ -76,7 +81,7 @@ def append_once(path: StrPath, line: str, key: str) -> bool:
     target = Path(path)
     with _locked(target, exclusive=True) as fd:
         text = _complete(fd)
-        if any(found == key for found, _ in _records(text)):
+        if key in _live(_records(text)):
             return False
         _append(fd, key, line)
         if not text:
@@ -84,22 +89,52 @@ def append_once(path: StrPath, line: str, key: str) -> bool:
         return True
 
 
+def retract(path: StrPath, key: str, reason: str = "retracted") -> bool:
+    """Undo ``key``'s line by appending a retraction; True when there was one to undo.
+
+    Safe to repeat (a compensation that a crash makes run twice retracts once).
+    """
+    _check_key(key)
+    if "\n" in reason or "\r" in reason:
+        raise UsageError(f"a reason may not contain a line break: {reason!r}")
+    target = Path(path)
+    try:
+        with _locked(target, exclusive=True) as fd:
+            if key not in _live(_records(_complete(fd))):
+                return False
+            _append(fd, _RETRACT + key, reason)
+            return True
+    except FileNotFoundError:
+        return False
+
+
 def appended(path: StrPath, key: str) -> bool:
-    """Whether the file holds a complete record with ``key`` (False if there is no file)."""
+    """Whether the file holds a complete, unretracted record with ``key``."""
     _check_key(key)
     return any(found == key for found, _ in entries(path))
 
 
 def entries(path: StrPath) -> list[tuple[str, str]]:
-    """Every complete ``(key, line)`` record of a file written by :func:`append_once`.
+    """Every complete, unretracted ``(key, line)`` record, in the order appended.
 
     For a skill's ``verify``: "the record for this key is there exactly once".
     """
     try:
         with _locked(Path(path), exclusive=False) as fd:
-            return list(_records(_read(fd)))
+            return list(_live(_records(_read(fd))).items())
     except FileNotFoundError:
         return []
+
+
+def _live(records: Iterator[tuple[str, str]]) -> dict[str, str]:
+    """Key -> line of the records not retracted since (insertion order kept)."""
+    live: dict[str, str] = {}
+    for key, line in records:
+        if key.startswith(_RETRACT):
+            live.pop(key[len(_RETRACT) :], None)
+        elif key not in live:
+            live[key] = line
+    return live
 
 
 # ---------------------------------------------------------------- whole files
@@ -288,3 +323,5 @@ def _keys_path(target: Path) -> Path:
 def _check_key(key: str) -> None:
     if not isinstance(key, str) or not key or any(c in key for c in "\t\r\n"):
         raise UsageError(f"an idempotency key must be non-empty, without tabs or breaks: {key!r}")
+    if key.startswith(_RETRACT):
+        raise UsageError(f"an idempotency key may not start with {_RETRACT!r}: {key!r}")

@@ -29,6 +29,7 @@ from skillstate.errors import (
     ToolNotAllowed,
 )
 from skillstate.events import SkillTransition, ToolCall, Verdict
+from skillstate.limits import problem
 from skillstate.skills.skill import Outcome, Skill, SkillContext
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
 from skillstate.state.redact import Redactor
@@ -57,6 +58,8 @@ class Acting:
     store: Store
     max_retries: int
     redactor: Callable[[AgentState], Redactor]
+    fence: Callable[[str], int | None] = lambda task_id: None
+    """The lease generation the runtime holds the task under (handed to effects)."""
 
     # ------------------------------------------------------------------ dispatch
 
@@ -89,6 +92,10 @@ class Acting:
             )
         if not skill.when(state):
             raise ActionRejected(f"skill {skill.name!r} does not apply now (its `when` is false)")
+        limits = self.agent.limits
+        found = problem(action.params, chars=limits.param_chars, depth=limits.depth)
+        if found is not None:
+            raise ActionRejected(f"params for {skill.name!r} refused: {found}")
         try:
             params = skill.params.model_validate(action.params)
         except ValidationError as exc:
@@ -191,6 +198,15 @@ class Acting:
         if undeclared:
             refused = OutputNotDeclared(skill.name, undeclared, skill.outputs)
             return Attempt(outcome, state, None, ("output_not_declared", str(refused)))
+        limits = self.agent.limits
+        for path, value in outcome.writes.items():
+            unfit = problem(value, chars=limits.value_chars, depth=limits.depth)
+            if unfit is not None:
+                reason = (
+                    f"{path} refused: {unfit}; keep raw output in an artifact (ctx.call "
+                    "stores each tool output) and write a summary or its ref"
+                )
+                return Attempt(outcome, state, None, ("invalid_output", reason))
         try:
             candidate = state.with_writes(outcome.writes)  # the step's one validation
         except StateError as exc:
@@ -231,6 +247,7 @@ class Acting:
             redactor=self.redactor(state),
             params=params,
             compensating=compensating,
+            fence=self.fence(state.task_id) if skill.effects else None,
         )
 
     def _succeeded(

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from skillstate._validation import first_error
 from skillstate.errors import ActionRejected
+from skillstate.limits import DEFAULT_LIMITS, problem
 
 __all__ = [
     "Action",
@@ -148,6 +149,10 @@ def decision_schema(
     return document
 
 
+MAX_REPLY_CHARS = 100_000
+"""A model reply longer than this is invalid before it is parsed (a reply budget is at
+most 1,024 tokens: a legitimate reply is a few thousand characters)."""
+
 REASON_CHARS = 200
 """Free text in an action is bounded: a small model under a grammar otherwise runs
 on until ``max_tokens`` and the cut-off reply is not JSON."""
@@ -259,6 +264,25 @@ def _branch(properties: dict[str, Any], *, required: Sequence[str]) -> dict[str,
     }
 
 
+def _parse_reply(reply: str) -> Any:
+    """A model's reply text as JSON, or ``ActionRejected`` saying why not."""
+    if len(reply) > MAX_REPLY_CHARS:
+        raise ActionRejected(
+            f"reply is {len(reply):,} characters long (at most {MAX_REPLY_CHARS:,}); "
+            "reply with one short JSON object"
+        )
+    text = reply.strip()
+    if text.startswith("```"):
+        # Models like to fence JSON; the fence is not part of the answer.
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ActionRejected(f"reply is not JSON ({exc.msg} at char {exc.pos})") from None
+    except RecursionError:
+        raise ActionRejected("reply is nested too deeply to be an action") from None
+
+
 def validate_decision(
     reply: str | Mapping[str, Any],
     params: Mapping[str, type[BaseModel]],
@@ -274,20 +298,14 @@ def validate_decision(
     the repair prompt.
     """
     if isinstance(reply, str):
-        text = reply.strip()
-        if text.startswith("```"):
-            # Models like to fence JSON; the fence is not part of the answer.
-            text = text.strip("`").removeprefix("json").strip()
-        try:
-            data: Any = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ActionRejected(f"reply is not JSON ({exc.msg} at char {exc.pos})") from None
-        except RecursionError:
-            raise ActionRejected("reply is nested too deeply to be an action") from None
+        data: Any = _parse_reply(reply)
     else:
         data = dict(reply)
     if not isinstance(data, dict):
         raise ActionRejected(f"reply must be one JSON object, got {type(data).__name__}")
+    found = problem(data, chars=MAX_REPLY_CHARS, depth=DEFAULT_LIMITS.depth)
+    if found is not None:
+        raise ActionRejected(f"reply refused: {found}")
     if data.get("kind") == "fail":
         raise ActionRejected("'fail' is not available: call a skill, ask the user, or finish")
     action = parse_action(data)

@@ -8,6 +8,8 @@ name is kept in the state card so ``resume`` can find it again in a new process.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +19,7 @@ from pydantic import ValidationError
 from skillstate._validation import first_error
 from skillstate.engine.policy import Policy
 from skillstate.errors import AgentImportError, UsageError
+from skillstate.limits import DEFAULT_LIMITS, Limits
 from skillstate.skills.registry import SkillRegistry
 from skillstate.state.machine import StateMachine
 from skillstate.state.migrate import chain_problems, validate_state
@@ -71,6 +74,9 @@ class Agent:
     tool outputs, views, transcripts): key names such as ``access_token`` or
     ``user_phone`` and values shaped like tokens, card, phone or ID numbers.
     ``RedactionPolicy.OFF`` masks only the plaintext of ``Sensitive`` fields."""
+    limits: Limits = DEFAULT_LIMITS
+    """Sizes and nesting of what may enter the card (params, written values,
+    replies); see :mod:`skillstate.limits`."""
     invariants: list[tuple[str, Invariant]] = field(default_factory=list)
     """Rules every committed state must satisfy, checked before every commit, the
     runtime's and a person's alike (add them with :meth:`invariant`)."""
@@ -189,14 +195,20 @@ class Agent:
         )
 
 
-def load_agent(ref: str) -> Agent:
+def load_agent(ref: str, *, search_cwd: bool = False) -> Agent:
     """Import ``module:attr`` and return the :class:`Agent` it names.
 
-    ``attr`` may also be a zero-argument callable returning an Agent.
+    ``attr`` may also be a zero-argument callable returning an Agent. Only call this
+    with a reference the operator chose (a command-line argument, an allow-listed
+    name), never with one read from a store: importing runs the module's code.
+    ``search_cwd`` also looks for the module in the current directory, as
+    ``python -m`` would (the CLI's entry point does not put it on ``sys.path``).
     """
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise AgentImportError(f"expected MODULE:ATTR, got {ref!r}")
+    if search_cwd and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -38,10 +38,14 @@ class Committer:
         agent: Agent,
         store: Store,
         observer: Callable[[StepReport], None] | None = None,
+        *,
+        fence: Callable[[str], int | None] = lambda task_id: None,
     ) -> None:
         self.agent = agent
         self.store = store
         self.observer = observer
+        self._fence = fence
+        """The lease generation commits of a task carry (``None``: no lease held)."""
         # The raw stored document of the head each task was last loaded or committed
         # at. Patches are made against it, not against the parsed state: after a
         # schema migration the two differ, and a store replays patches over raw docs.
@@ -126,7 +130,7 @@ class Committer:
             started_at=started or utcnow(),
         )
         event = redactor.event(event)
-        self.store.commit(final.task_id, expected, stored, event)
+        self.store.commit(final.task_id, expected, stored, event, fence=self._fence(final.task_id))
         self._raw[final.task_id] = document
         if self.observer is not None and before is not None:
             from skillstate.engine.runtime import StepReport

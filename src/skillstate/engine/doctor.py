@@ -18,7 +18,7 @@ from skillstate.errors import SchemaTooNew, SecretKeyMissing, StateCorrupted, St
 from skillstate.state.diff import apply_patch
 from skillstate.store.base import Store
 
-__all__ = ["DoctorReport", "Finding", "diagnose"]
+__all__ = ["DoctorReport", "Finding", "audit_gaps", "diagnose"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class Finding:
 
     version: int | None
     message: str
+    sealed: bool = False
+    """Not damage: the version holds sealed values and no key to check them was set."""
 
 
 @dataclass
@@ -42,11 +44,20 @@ class DoctorReport:
 
     @property
     def healthy(self) -> bool:
-        return not self.findings
+        """No damage found (versions that need a key to be checked are not damage)."""
+        return not self.damage
+
+    @property
+    def damage(self) -> list[Finding]:
+        return [f for f in self.findings if not f.sealed]
+
+    @property
+    def sealed(self) -> list[Finding]:
+        return [f for f in self.findings if f.sealed]
 
 
 def diagnose(store: Store, task_id: str, agent: Agent | None) -> DoctorReport:
-    """Check every kept version of ``task_id``; never writes."""
+    """Check every kept version of ``task_id`` and its audit log; never writes."""
     report = DoctorReport(task_id, schema_checked=agent is not None)
     try:
         report.head = store.load(task_id).version
@@ -54,10 +65,13 @@ def diagnose(store: Store, task_id: str, agent: Agent | None) -> DoctorReport:
         report.findings.append(Finding(None, f"head: {exc}"))
     infos = store.checkpoints(task_id)
     try:
-        patches = {e.version: e.patch for e in store.events(task_id)}
+        events = store.events(task_id)
     except StateCorrupted as exc:
         report.findings.append(Finding(None, f"events: {exc}"))
-        patches = {}
+        events = []
+    else:
+        report.findings += _audit_findings([e.version for e in events], report.head)
+    patches = {e.version: e.patch for e in events}
     if report.head is not None and (not infos or infos[-1].version != report.head):
         report.findings.append(Finding(report.head, "the head has no checkpoint row"))
     previous: tuple[int, dict[str, Any]] | None = None
@@ -70,27 +84,68 @@ def diagnose(store: Store, task_id: str, agent: Agent | None) -> DoctorReport:
             report.findings.append(Finding(info.version, str(exc)))
             previous = None
             continue
-        patch = patches.get(info.version)
-        if previous is not None and previous[0] == info.version - 1 and patch:
-            try:
-                replayed = apply_patch(previous[1], patch)
-            except StateError as exc:
-                report.findings.append(Finding(info.version, f"its delta does not apply: {exc}"))
-            else:
-                if replayed != document:
-                    where = "the head" if info.version == report.head else "the stored version"
-                    report.findings.append(
-                        Finding(info.version, f"replaying its delta does not give {where}")
-                    )
+        if previous is not None and previous[0] == info.version - 1:
+            report.findings += _replay_findings(
+                previous[1], patches.get(info.version), document, info.version, report.head
+            )
         if agent is not None:
-            try:
-                agent.parse_state(document)
-            except (StateCorrupted, SchemaTooNew, SecretKeyMissing) as exc:
-                report.findings.append(Finding(info.version, str(exc)))
+            report.findings += _schema_findings(agent, document, info.version)
         previous = (info.version, document)
     if agent is not None and report.head is not None:
         report.findings += _card_findings(store, task_id, agent, report.head)
     return report
+
+
+def _replay_findings(
+    before: dict[str, Any],
+    patch: list[dict[str, Any]] | None,
+    document: dict[str, Any],
+    version: int,
+    head: int | None,
+) -> list[Finding]:
+    """Does the version's event patch take the version before it to this one?"""
+    if not patch:
+        return []
+    try:
+        replayed = apply_patch(before, patch)
+    except StateError as exc:
+        return [Finding(version, f"its delta does not apply: {exc}")]
+    if replayed != document:
+        where = "the head" if version == head else "the stored version"
+        return [Finding(version, f"replaying its delta does not give {where}")]
+    return []
+
+
+def _schema_findings(agent: Agent, document: dict[str, Any], version: int) -> list[Finding]:
+    try:
+        agent.parse_state(document)
+    except SecretKeyMissing:
+        return [Finding(version, "sealed, key needed to check it", sealed=True)]
+    except (StateCorrupted, SchemaTooNew) as exc:
+        return [Finding(version, str(exc))]
+    return []
+
+
+def audit_gaps(versions: list[int], head: int | None) -> list[str]:
+    """What is wrong with a task's event versions: each of 1..head exactly once, in order."""
+    problems: list[str] = []
+    top = head if head is not None else (max(versions) if versions else 0)
+    present = set(versions)
+    missing = [v for v in range(1, top + 1) if v not in present]
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        problems.append(f"the audit log has no event for version(s) {shown}")
+    repeated = sorted({v for v in versions if versions.count(v) > 1})
+    if repeated:
+        problems.append(f"the audit log has more than one event for version(s) {repeated}")
+    beyond = [v for v in versions if v > top]
+    if beyond:
+        problems.append(f"the audit log has events past the head: {beyond[:10]}")
+    return problems
+
+
+def _audit_findings(versions: list[int], head: int | None) -> list[Finding]:
+    return [Finding(None, problem) for problem in audit_gaps(versions, head)]
 
 
 def _card_findings(store: Store, task_id: str, agent: Agent, head: int) -> list[Finding]:
@@ -100,7 +155,7 @@ def _card_findings(store: Store, task_id: str, agent: Agent, head: int) -> list[
     try:
         state = agent.parse_state(store.load(task_id).state, task_id=task_id)
     except (StateCorrupted, SchemaTooNew, SecretKeyMissing):
-        return []  # already reported above
+        return []  # already reported above (or needs the key)
     found = [Finding(head, problem) for problem in card_problems(agent, state)]
     broken = agent.broken_invariant(state)
     if broken is not None:

@@ -31,31 +31,47 @@ from skillstate.errors import (
     StaleState,
     StateCorrupted,
     StateError,
+    TaskNotFound,
     UsageError,
 )
 from skillstate.events import Event
 from skillstate.state.diff import make_patch
 from skillstate.state.model import PROTECTED_FIELDS, AgentState, TaskStatus
 from skillstate.state.secrets import MASK, mask, sensitive_fields
-from skillstate.store.base import Store
+from skillstate.store.base import Checkpoint, Store
+from skillstate.store.chain import CHECKSUM_MISMATCH
 
 __all__ = [
     "HUMAN_READONLY",
     "RUNTIME_OWNED",
     "card_problems",
     "edit_in_editor",
+    "record_unlock",
     "replace_state",
+    "set_agent_reference",
     "set_fields",
 ]
 
 #: Fields a person may not change at all: they identify the version chain itself,
 #: or an effect the runtime is settling.
-HUMAN_READONLY = frozenset({"task_id", "version", "schema_version", "pending_effect"})
+HUMAN_READONLY = frozenset(
+    {"task_id", "version", "schema_version", "card_version", "pending_effect"}
+)
 
 #: Fields only the runtime moves; a person changes them with ``force`` (``--force``).
 #: ``goal``, ``constraints`` and ``current_step`` are the task's definition and
-#: position: a person may change those (the step only along a declared transition).
-RUNTIME_OWNED = PROTECTED_FIELDS - HUMAN_READONLY - {"goal", "constraints", "current_step"}
+#: position, ``agent`` names who drives it (checked against the operator's allow-list
+#: when used): a person may change those (the step only along a declared transition).
+RUNTIME_OWNED = (
+    PROTECTED_FIELDS
+    - HUMAN_READONLY
+    - {
+        "goal",
+        "constraints",
+        "current_step",
+        "agent",
+    }
+)
 
 
 def set_fields(
@@ -64,7 +80,7 @@ def set_fields(
     """Apply dotted-path ``writes`` (``facts.total=3``, ``priority=P1``) as one human commit."""
     if not writes:
         raise UsageError("nothing to set: give PATH=VALUE")
-    head = store.load(task_id)
+    head = head_for_repair(store, task_id, force=force)
     before = _parse_or_none(agent, head.state, task_id)
     if before is not None:
         try:
@@ -80,7 +96,28 @@ def set_fields(
     action: dict[str, Any] = {"kind": "set", "writes": shown}
     if force:
         action["force"] = True
-    return _human_commit(store, head.state, after, action)
+    return _human_commit(store, head, after, action)
+
+
+def set_agent_reference(store: Store, task_id: str, ref: object) -> int:
+    """Point a task at another agent without importing the one it names (a repair).
+
+    The stored reference may name code nobody should run (``os:abort``); this is
+    how a person takes it back without the agent, or any other, being imported.
+    Returns the new version.
+    """
+    if not isinstance(ref, str) or ref.count(":") != 1 or not all(ref.split(":")):
+        raise UsageError(f"agent must be MODULE:ATTR, got {ref!r}")
+    head = store.load(task_id, verify=False)  # only the agent field is taken from it
+    document = {**head.state, "agent": ref, "version": head.version + 1}
+    event = Event(
+        task_id=task_id,
+        version=head.version + 1,
+        actor="human",
+        action={"kind": "set", "writes": {"agent": ref}},
+        patch=make_patch(head.state, document),
+    )
+    return store.commit(task_id, head.version, document, event)
 
 
 def replace_state(
@@ -96,7 +133,7 @@ def replace_state(
 
     Sensitive fields left as ``***`` (how ``edit`` shows them) keep their value.
     """
-    head = store.load(task_id)
+    head = head_for_repair(store, task_id, force=force)
     if head.version != expected_version:
         # Someone committed while the editor was open: refuse rather than overwrite.
         raise StaleState(task_id, expected_version, head.version)
@@ -121,7 +158,7 @@ def replace_state(
     action: dict[str, Any] = {"kind": "edit", "fields": sorted(changed)}
     if force:
         action["force"] = True
-    return _human_commit(store, head.state, after, action)
+    return _human_commit(store, head, after, action)
 
 
 def edit_in_editor(
@@ -137,7 +174,7 @@ def edit_in_editor(
     import shlex
     import subprocess
 
-    head = store.load(task_id)
+    head = head_for_repair(store, task_id, force=force)
     problem = ""
     try:
         state = agent.parse_state(head.state, task_id=task_id)
@@ -179,14 +216,10 @@ def apply_edit(
     ``expected_version`` defaults to the ``version`` the text holds. When the text
     is refused and ``keep`` is true, it is saved to a file that the error names.
     """
-    import yaml
+    from skillstate._yaml import load_yaml
 
     try:
-        try:
-            edited = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            first = str(exc).splitlines()[0]
-            raise UsageError(f"edited file is not valid YAML: {first}") from exc
+        edited = load_yaml(text, what="the edited file")
         if not isinstance(edited, dict):
             raise UsageError("edited file must hold a YAML mapping of fields")
         version = expected_version
@@ -324,10 +357,57 @@ def _safe_name(task_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)[:80] or "task"
 
 
+def record_unlock(
+    store: Store, task_id: str, worker: str, generation: int, *, force: bool
+) -> int | None:
+    """Log a cleared lease as a human event (the card is unchanged but for its version).
+
+    Returns the new version; ``None`` when the head cannot be read cleanly (the lease
+    is cleared all the same; ``doctor`` tells what else is wrong).
+    """
+    try:
+        head = store.load(task_id)
+    except (StateCorrupted, TaskNotFound):
+        return None
+    document = {**head.state, "version": head.version + 1}
+    action: dict[str, Any] = {"kind": "unlock", "worker": worker, "generation": generation}
+    if force:
+        action["force"] = True
+    event = Event(
+        task_id=task_id,
+        version=head.version + 1,
+        actor="human",
+        action=action,
+        patch=make_patch(head.state, document),
+    )
+    return store.commit(task_id, head.version, document, event)
+
+
+def head_for_repair(store: Store, task_id: str, *, force: bool) -> Checkpoint:
+    """The head a hand edit starts from, damaged or not.
+
+    A head that fails its checksum was changed outside skillstate: committing over
+    it would make that change look like skillstate's own, so it needs ``force``
+    (after the person has looked at it: ``show --json``). Any other damage is what
+    ``set`` and ``edit`` are there to repair.
+    """
+    try:
+        return store.load(task_id)
+    except StateCorrupted as exc:
+        if exc.reason == CHECKSUM_MISMATCH and not force:
+            raise StateCorrupted(
+                task_id,
+                exc.version,
+                f"{exc.reason}; look at it (skillstate show {task_id} --json) and pass --force "
+                "to commit your change over it",
+            ) from exc
+        return store.load(task_id, verify=False)
+
+
 def _human_commit(
-    store: Store, raw_head: dict[str, Any], after: AgentState, action: dict[str, Any]
+    store: Store, head: Checkpoint, after: AgentState, action: dict[str, Any]
 ) -> AgentState:
-    version = int(raw_head.get("version", 0))
+    version = head.version  # the row's version: the damaged document's may disagree
     final = after.replace(version=version + 1)
     document = final.to_json()
     event = Event(
@@ -335,7 +415,7 @@ def _human_commit(
         version=final.version,
         actor="human",
         action=action,
-        patch=make_patch(raw_head, document),
+        patch=make_patch(head.state, document),
     )
     store.commit(final.task_id, version, document, event)
     return final

@@ -36,6 +36,7 @@ BOOKKEEPING = frozenset(
     {
         "version",
         "schema_version",
+        "card_version",
         "usage",
         "errors",
         "last_decision",

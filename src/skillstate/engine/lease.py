@@ -1,24 +1,34 @@
-"""Holding a task while a worker runs it: a lease claimed, renewed, released.
+"""Holding a task while a worker runs it: a lease claimed, kept alive, released.
 
-The lease is coordination, not safety: the store's version check already makes
-sure two workers never both apply a step. What the lease adds is that a second
-worker does not even start (no wasted model calls, no effect probed twice)
-while the first is alive, and that it can take over once the first is gone.
+The lease has two jobs. It is **coordination**: a second worker does not even start
+(no wasted model calls, no effect probed twice) while the first is alive, and takes
+over once the first is gone. And with its **fencing token** it is **safety**: every
+commit carries the lease generation it was made under, and the store refuses a
+commit whose generation is no longer the task's
+(:class:`~skillstate.errors.LeaseLost`), so a worker that was taken over can never
+write again, and an effect it ran meanwhile is found by the new holder's probe
+instead of being repeated.
 
-"Gone" means the lease expired (the holder stopped renewing), or, faster, the
-holder was a process on this same host that no longer exists: worker ids made
-by :func:`default_worker` are ``host:pid``, so a ``kill -9``'d CLI does not
-block a ``resume`` for a whole TTL.
+A lease must not lapse under a live worker: a step (a slow effect, a slow model)
+can take longer than the TTL. :class:`Holder` renews it from a heartbeat thread
+every third of the TTL for as long as it is held, independent of what the step is
+doing; only a worker that is really gone (killed, frozen, cut off from the store)
+lets it expire.
+
+"Gone" also has a fast path: worker ids made by :func:`default_worker` are
+``host:pid``, so a ``kill -9``'d CLI on the same host does not block a ``resume``
+for a whole TTL.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 
-from skillstate.errors import LeaseHeld
-from skillstate.store.base import Store
+from skillstate.errors import Conflict, LeaseHeld, LeaseLost, StoreError
+from skillstate.store.base import Lease, Store
 
 __all__ = ["Holder", "default_worker", "is_dead_local_worker"]
 
@@ -42,37 +52,98 @@ def is_dead_local_worker(worker: str) -> bool:
         return True
     except PermissionError:
         return False  # it exists, it is just not ours
+    except OverflowError:
+        return False  # not a pid at all
     return False
 
 
 class Holder:
-    """Claims a task for one worker and keeps the claim fresh."""
+    """Claims a task for one worker and keeps the claim alive until released."""
 
-    def __init__(self, store: Store, task_id: str, worker: str, ttl: float) -> None:
+    def __init__(
+        self, store: Store, task_id: str, worker: str, ttl: float, *, heartbeat: bool = True
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("lease ttl must be > 0")
         self.store = store
         self.task_id = task_id
         self.worker = worker
         self.ttl = ttl
+        self.lease: Lease | None = None
+        self.lost: str | None = None
+        """Why the lease was lost (taken over, or not renewable), if it was."""
+        self._heartbeat = heartbeat
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._renewed = 0.0
 
-    def acquire(self) -> None:
+    @property
+    def fence(self) -> int | None:
+        """The fencing token every commit made under this lease carries."""
+        return self.lease.generation if self.lease is not None else None
+
+    def acquire(self) -> Lease:
         """Claim the task; raises :class:`LeaseHeld` while a live worker holds it."""
         try:
-            self.store.claim(self.task_id, self.worker, self.ttl)
+            self.lease = self.store.claim(self.task_id, self.worker, self.ttl)
         except LeaseHeld as exc:
             if not is_dead_local_worker(exc.holder):
                 raise
             # Releasing names the dead holder: if another worker took over meanwhile,
             # this is a no-op and the claim below fails with its LeaseHeld.
             self.store.release(self.task_id, exc.holder)
-            self.store.claim(self.task_id, self.worker, self.ttl)
+            self.lease = self.store.claim(self.task_id, self.worker, self.ttl)
         self._renewed = time.monotonic()
+        if self._heartbeat:
+            self._thread = threading.Thread(
+                target=self._beat, name=f"skillstate-lease-{self.task_id}", daemon=True
+            )
+            self._thread.start()
+        return self.lease
 
     def renew(self) -> None:
-        """Extend the lease once a third of its TTL has passed (cheap to call every step)."""
+        """Extend the lease once a third of its TTL has passed (cheap to call every step).
+
+        Raises :class:`LeaseLost` when another worker has taken the task over.
+        """
+        self.check()
         if time.monotonic() - self._renewed >= self.ttl / 3:
-            self.store.claim(self.task_id, self.worker, self.ttl)
-            self._renewed = time.monotonic()
+            self._renew()
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` if the lease was lost (before running an effect)."""
+        if self.lost is not None:
+            raise LeaseLost(self.task_id, self.fence or 0, None)
 
     def release(self) -> None:
-        self.store.release(self.task_id, self.worker)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.ttl)
+        if self.lost is None:
+            self.store.release(self.task_id, self.worker)
+
+    # ------------------------------------------------------------------ internals
+
+    def _renew(self) -> None:
+        try:
+            lease = self.store.claim(self.task_id, self.worker, self.ttl)
+        except LeaseHeld as exc:
+            self.lost = f"taken over by {exc.holder}"
+            raise LeaseLost(self.task_id, self.fence or 0, None) from exc
+        if self.lease is not None and lease.generation != self.lease.generation:
+            # Someone held it in between and let it go: our earlier commits' fence is
+            # gone, so this worker must not go on as if nothing happened.
+            self.lost = f"generation moved from {self.lease.generation} to {lease.generation}"
+            raise LeaseLost(self.task_id, self.lease.generation, lease.generation)
+        self.lease = lease
+        self._renewed = time.monotonic()
+
+    def _beat(self) -> None:
+        interval = self.ttl / 3
+        while not self._stop.wait(interval):
+            try:
+                self._renew()
+            except Conflict:
+                return  # lost: recorded in self.lost; the next commit is fenced anyway
+            except StoreError:
+                continue  # the store hiccupped: try again next beat, before the TTL runs out

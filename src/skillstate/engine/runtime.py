@@ -16,7 +16,8 @@ compensations first, then an effect in flight.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -27,7 +28,7 @@ from skillstate.engine.agent import Agent
 from skillstate.engine.commit import Committer
 from skillstate.engine.draft import Draft, reject, signature
 from skillstate.engine.guard import Guard, OnStall
-from skillstate.engine.lease import Holder
+from skillstate.engine.lease import Holder, default_worker
 from skillstate.engine.policy import Decided
 from skillstate.engine.results import RunResult, StepReport, StopReason
 from skillstate.engine.settle import Settling
@@ -40,6 +41,7 @@ from skillstate.errors import (
     UsageError,
 )
 from skillstate.events import TokenUsage, utcnow
+from skillstate.limits import problem
 from skillstate.llm.base import Prices, Usage
 from skillstate.llm.tokens import count_tokens
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
@@ -57,6 +59,14 @@ class Runtime:
     ``max_repeats`` and ``on_stall`` configure the stall guard
     (:mod:`skillstate.engine.guard`): a task whose decisions stop making progress
     is failed (or parked for a person) instead of running to the step budget.
+
+    Every call that writes holds a lease on the task (``worker``, default
+    ``host:pid``, renewed by a heartbeat) and fences its commits with the lease's
+    generation, so two runtimes on one task, in one process or on two machines,
+    never both run a step or settle an effect. ``lease=False`` turns this off, for
+    an embedding where one process is the only writer (the store's compare-and-set
+    still refuses a stale commit, but a second runtime could then probe or run an
+    effect the first has in flight).
     """
 
     def __init__(
@@ -77,6 +87,7 @@ class Runtime:
         max_stalled: int | None = 10,
         max_repeats: int | None = 3,
         on_stall: OnStall = "fail",
+        lease: bool = True,
     ) -> None:
         if max_steps < 1 or max_retries < 0:
             raise UsageError("max_steps must be >= 1 and max_retries >= 0")
@@ -86,9 +97,11 @@ class Runtime:
         self.store = store
         self.max_steps = max_steps
         self.max_retries = max_retries
-        self.worker = worker
-        """With a worker id, :meth:`run` holds a lease on the task while it works."""
+        self.lease = lease
+        self.worker = worker or default_worker()
+        """The lease holder's name (``host:pid`` by default)."""
         self.lease_ttl = lease_ttl
+        self._holders: dict[str, Holder] = {}
         # Budgets per task, checked against the card's usage totals (which survive
         # resumes) before every decision.
         self.max_calls = max_calls
@@ -100,9 +113,11 @@ class Runtime:
         their repairs: a model that cannot produce an action here would otherwise
         spend the whole step budget (resumable, like the other budgets)."""
         self.guard = Guard(max_stalled=max_stalled, max_repeats=max_repeats, on_stall=on_stall)
-        self._committer = Committer(agent, store, observer)
-        self._acting = Acting(agent, store, max_retries, self._committer.redactor)
-        self._settling = Settling(agent, self._acting, self._committer, self.guard)
+        self._committer = Committer(agent, store, observer, fence=self._fence)
+        self._acting = Acting(agent, store, max_retries, self._committer.redactor, self._fence)
+        self._settling = Settling(
+            agent, self._acting, self._committer, self.guard, check_lease=self._check_lease
+        )
 
     @property
     def observer(self) -> Callable[[StepReport], None] | None:
@@ -121,7 +136,9 @@ class Runtime:
         broken = self.agent.broken_invariant(state)
         if broken is not None:
             raise InvariantBroken(f"task {task_id!r} would start broken: invariant {broken}")
-        return self._committer.commit(None, Draft(after=state), {"kind": "create"}, "runtime")[0]
+        with self._holding(task_id):
+            draft = Draft(after=state)
+            return self._committer.commit(None, draft, {"kind": "create"}, "runtime")[0]
 
     def load(self, task_id: str) -> AgentState:
         """The head state of a task, validated (and migrated) into the agent's state class.
@@ -141,50 +158,49 @@ class Runtime:
         """
         budget = max_steps if max_steps is not None else self.max_steps
         queue = list(inputs)
-        try:
-            self.store.load(task_id)
-            resumed = True
-        except TaskNotFound:
-            self.start(task_id)
-            resumed = False
-        holder = Holder(self.store, task_id, self.worker, self.lease_ttl) if self.worker else None
-        if holder is not None:
-            holder.acquire()
-        try:
+        for text in queue:  # all of them, before anything is written
+            self._check_reply(text)
+        with self._holding(task_id):
+            try:
+                self.store.load(task_id)
+                resumed = True
+            except TaskNotFound:
+                self.start(task_id)
+                resumed = False
             if resumed:
                 self.recheck(task_id)
-            return self._loop(task_id, queue, budget, holder)
-        finally:
-            if holder is not None:
-                holder.release()
+            return self._loop(task_id, queue, budget, self._holders.get(task_id))
 
     def step(self, task_id: str) -> StepReport:
         """Take exactly one decision on a running task and commit it.
 
         Unfinished work comes first: a queued compensation, or an effect in flight.
         """
-        state = self.load(task_id)
-        if state.compensations:
-            return self._settling.compensate(state)
-        if state.pending_effect is not None:
-            return self._settling.settle_effect(state, resumed=True)
-        return self._step(state)
+        with self._holding(task_id):
+            state = self.load(task_id)
+            if state.compensations:
+                return self._settling.compensate(state)
+            if state.pending_effect is not None:
+                return self._settling.settle_effect(state, resumed=True)
+            return self._step(state)
 
     def reply(self, task_id: str, text: str) -> AgentState:
         """Answer the open question of a ``waiting_user`` task; it becomes ``running``.
 
         A reply is new information: the stall guard's count starts over.
         """
-        state = self.load(task_id)
-        if state.status is not TaskStatus.WAITING_USER:
-            raise UsageError(
-                f"task {task_id!r} is not waiting for a reply (status: {state.status.value})"
+        self._check_reply(text)
+        with self._holding(task_id):
+            state = self.load(task_id)
+            if state.status is not TaskStatus.WAITING_USER:
+                raise UsageError(
+                    f"task {task_id!r} is not waiting for a reply (status: {state.status.value})"
+                )
+            after = state.replace(
+                status=TaskStatus.RUNNING, inbox=text, question=None, no_progress=0, tried=()
             )
-        after = state.replace(
-            status=TaskStatus.RUNNING, inbox=text, question=None, no_progress=0, tried=()
-        )
-        action = {"kind": "reply", "text": text, "question": state.question}
-        return self._committer.commit(state, Draft(after=after), action, "user")[0]
+            action = {"kind": "reply", "text": text, "question": state.question}
+            return self._committer.commit(state, Draft(after=after), action, "user")[0]
 
     def recheck(self, task_id: str) -> list[StepRecord]:
         """Recompute the fingerprints of a task's completed steps; mark changed ones stale.
@@ -194,16 +210,17 @@ class Runtime:
         the error log, all in one commit (see :mod:`skillstate.engine.stale`).
         Finished tasks are left alone. Returns the stale steps.
         """
-        state = self.load(task_id)
-        if state.status.is_terminal or state.pending_effect is not None or state.compensations:
-            return []
-        found = stale_steps(state)
-        if found is None:
-            return []
-        draft, stale = found
-        action = {"kind": "recheck", "stale": [r.id for r in stale]}
-        self._committer.commit(state, draft, action, "runtime")
-        return stale
+        with self._holding(task_id):
+            state = self.load(task_id)
+            if state.status.is_terminal or state.pending_effect or state.compensations:
+                return []
+            found = stale_steps(state)
+            if found is None:
+                return []
+            draft, stale = found
+            action = {"kind": "recheck", "stale": [r.id for r in stale]}
+            self._committer.commit(state, draft, action, "runtime")
+            return stale
 
     def compensate(self, task_id: str) -> int:
         """Run every queued compensation of a task (see ``rollback --compensate``).
@@ -212,12 +229,45 @@ class Runtime:
         when one fails; it stays queued.
         """
         done = 0
-        while True:
-            state = self.load(task_id)
-            if not state.compensations:
-                return done
-            self._settling.compensate(state)
-            done += 1
+        with self._holding(task_id):
+            while True:
+                state = self.load(task_id)
+                if not state.compensations:
+                    return done
+                self._settling.compensate(state)
+                done += 1
+
+    def _check_reply(self, text: str) -> None:
+        limits = self.agent.limits
+        found = problem(text, chars=limits.reply_chars, depth=limits.depth)
+        if found is not None:
+            raise UsageError(f"reply refused: {found}; nothing was written")
+
+    # ------------------------------------------------------------------ the lease
+
+    @contextmanager
+    def _holding(self, task_id: str) -> Iterator[None]:
+        """Hold the task's lease for the duration (re-entrant: run -> reply, step...)."""
+        if not self.lease or task_id in self._holders:
+            yield
+            return
+        holder = Holder(self.store, task_id, self.worker, self.lease_ttl)
+        holder.acquire()
+        self._holders[task_id] = holder
+        try:
+            yield
+        finally:
+            del self._holders[task_id]
+            holder.release()
+
+    def _fence(self, task_id: str) -> int | None:
+        holder = self._holders.get(task_id)
+        return holder.fence if holder is not None else None
+
+    def _check_lease(self, task_id: str) -> None:
+        holder = self._holders.get(task_id)
+        if holder is not None:
+            holder.check()
 
     # ------------------------------------------------------------------ the loop
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -38,11 +39,22 @@ __all__ = ["Settling"]
 class Settling:
     """The runtime's settle phase for one agent and store."""
 
-    def __init__(self, agent: Agent, acting: Acting, committer: Committer, guard: Guard) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        acting: Acting,
+        committer: Committer,
+        guard: Guard,
+        *,
+        check_lease: Callable[[str], None] = lambda task_id: None,
+    ) -> None:
         self.agent = agent
         self._acting = acting
         self._committer = committer
         self.guard = guard
+        self._check_lease = check_lease
+        """Raises ``LeaseLost`` when this worker no longer holds the task: checked right
+        before an effect or a compensation runs, the moments a lost lease costs most."""
 
     def account(self, before: AgentState, draft: Draft, action: str) -> str | None:
         """Count a decision's draft into the stall guard; it stops the task if stuck."""
@@ -113,6 +125,7 @@ class Settling:
         """Run (or, after a crash, first probe) the pending effect and commit its outcome."""
         intent = state.pending_effect
         assert intent is not None
+        self._check_lease(state.task_id)  # a worker taken over must not run the effect
         key = current_key(state, intent.key)
         if key != intent.key:
             intent = intent.model_copy(update={"key": key})
@@ -165,6 +178,7 @@ class Settling:
         item = state.compensations[0]
         skill = self.agent.skills.get(item.skill)
         ctx = None
+        self._check_lease(state.task_id)
         try:
             if skill is None or not skill.has_rollback:
                 raise CompensationFailed(f"skill {item.skill!r} has no rollback hook to undo it")

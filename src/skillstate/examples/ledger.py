@@ -6,14 +6,17 @@ idempotency key) before the skill runs, and the outcome after ``verify``. If the
 process is killed anywhere in between, ``skillstate resume`` finds the intent,
 asks the skill's ``probe`` whether the line is already in the file, and either
 records the outcome it finds or appends the line once: never zero times, never
-twice. ``verify`` reads the file itself: the line for this key must be there
-exactly once.
+twice. Each line is ``<key>\\t<entry N>``, appended under a file lock by
+:func:`skillstate.effects.files.append_once`, so even two workers racing the same
+key write it once. ``verify`` reads the file itself and is strict: the task's
+entries read 1, 2, ..., n with no gap and no repeat, and n is at most the target.
 
 Effects cannot be taken back by rolling the card back: ``skillstate rollback <task>
 --to V`` refuses while lines written after V are in the file, unless told to
 ``--keep-effects`` (re-done entries are then found by their keys, not appended
-again) or to ``--compensate``: the skill's ``rollback`` hook removes the line of
-each crossed entry, newest first, and the re-done entries are appended once.
+again) or to ``--compensate``: the skill's ``rollback`` hook appends a retraction
+of each crossed entry, newest first (a ledger is never rewritten), and the re-done
+entries are appended once.
 
 Run it: ``skillstate demo ledger --steps 20 --step-delay 0.1 --ledger /tmp/ledger.txt``,
 kill it at any moment, then ``skillstate resume <task>``.
@@ -21,9 +24,7 @@ kill it at any moment, then ``skillstate resume <task>``.
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -40,6 +41,7 @@ from skillstate import (
     Verdict,
     View,
 )
+from skillstate.effects import files
 from skillstate.engine.actions import Action
 
 
@@ -66,27 +68,14 @@ machine = StateMachine(
 skills = SkillRegistry()
 
 
-def _line(key: str, n: int) -> str:
-    return f"{key} entry {n}"
+def append_line(path: str, line: str, key: str) -> str:
+    """The effect: one keyed record, appended unless the key is already there.
 
-
-def _count(path: str, line: str) -> int:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return 0
-    return sum(1 for row in text.splitlines() if row == line)
-
-
-def append_line(path: str, line: str) -> str:
-    """The effect: one ``write`` of one whole line on an ``O_APPEND`` descriptor, fsynced."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return f"appended {line!r}"
+    The check and the append happen under one ``flock`` (``skillstate.effects.files``),
+    so two workers racing the same key write it once.
+    """
+    done = files.append_once(path, line, key)
+    return f"appended {line!r}" if done else f"{line!r} was already there"
 
 
 @skills.skill(outputs=["appended"], tools=["append_line"], step="appending", effects=True)
@@ -94,7 +83,7 @@ def append_entry(state: LedgerState, params: Entry, ctx: SkillContext) -> Outcom
     """Append entry ``n`` to the ledger file."""
     assert ctx.idempotency_key is not None
     time.sleep(state.step_delay / 2)
-    ctx.call("append_line", path=state.ledger, line=_line(ctx.idempotency_key, params.n))
+    ctx.call("append_line", path=state.ledger, line=f"entry {params.n}", key=ctx.idempotency_key)
     time.sleep(state.step_delay / 2)
     return _outcome(params.n)
 
@@ -107,43 +96,41 @@ def _outcome(n: int) -> Outcome:
 @append_entry.prober
 def _already_appended(state: LedgerState, params: Entry, ctx: SkillContext) -> Outcome | None:
     assert ctx.idempotency_key is not None
-    line = _line(ctx.idempotency_key, params.n)
-    return _outcome(params.n) if _count(state.ledger, line) else None
+    return _outcome(params.n) if files.appended(state.ledger, ctx.idempotency_key) else None
 
 
 @append_entry.verifier
-def _line_is_there_once(state: LedgerState, outcome: Outcome) -> Verdict:
+def _exactly_the_next_entry(state: LedgerState, outcome: Outcome) -> Verdict:
+    """The task's own entries run without a gap or a repeat up to n, and n is the last.
+
+    Entries before the task's first own one belong to the task it was forked from
+    (any key); entries after n may be there too: a rollback that kept its effects
+    leaves them, and the re-done steps find them by their keys.
+    """
     n = state.appended
-    key_lines = [
-        row
-        for row in _read_lines(state.ledger)
-        if row.endswith(f" entry {n}") and row.startswith(f"{state.task_id}:")
-    ]
-    if len(key_lines) != 1:
-        return Verdict.failed(f"entry {n} is in the ledger {len(key_lines)} times, not once")
+    if n > state.target:
+        return Verdict.failed(f"entry {n} is past the target of {state.target}", permanent=True)
+    own = entry_numbers(state)
+    repeated = sorted({x for x in own if own.count(x) > 1})
+    if repeated:
+        return Verdict.failed(f"entry {repeated[0]} is in the ledger more than once")
+    if n not in own:
+        return Verdict.failed(f"entry {n} is not in the ledger")
+    first = min(own)
+    every = {number for _, number in _all_entries(state.ledger)}
+    missing = [x for x in range(1, n + 1) if x not in (own if x >= first else every)]
+    if missing:
+        return Verdict.failed(f"entry {missing[0]} is missing: entries must not be skipped")
+    if own[: n - first + 1] != list(range(first, n + 1)):
+        return Verdict.failed(f"entries {first}..{n} are not in order")
     return Verdict.passed()
 
 
 @append_entry.rollbacker
-def _remove_line(state: LedgerState, outcome: Outcome | None, ctx: SkillContext) -> None:
-    """Undo: drop this key's line, if it is there (safe to repeat after a crash)."""
+def _retract_line(state: LedgerState, outcome: Outcome | None, ctx: SkillContext) -> None:
+    """Undo: append a retraction of this key's line (safe to repeat after a crash)."""
     assert ctx.idempotency_key is not None
-    remove_lines(state.ledger, prefix=f"{ctx.idempotency_key} ")
-
-
-def remove_lines(path: str, *, prefix: str) -> int:
-    """Rewrite the ledger without the lines starting with ``prefix``, atomically."""
-    lines = _read_lines(path)
-    kept = [row for row in lines if not row.startswith(prefix)]
-    if len(kept) == len(lines):
-        return 0
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write("".join(row + "\n" for row in kept))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)  # the file is either the old or the new one, never half
-    return len(lines) - len(kept)
+    files.retract(state.ledger, ctx.idempotency_key, "compensated" if ctx.compensating else "")
 
 
 @append_entry.precondition
@@ -151,11 +138,19 @@ def _more_to_write(state: LedgerState) -> bool:
     return state.appended < state.target
 
 
-def _read_lines(path: str) -> list[str]:
-    try:
-        return Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
+def entry_numbers(state: LedgerState) -> list[int]:
+    """The task's own entry numbers as the ledger has them (retracted ones left out)."""
+    prefix = f"{state.task_id}:"
+    return [number for key, number in _all_entries(state.ledger) if key.startswith(prefix)]
+
+
+def _all_entries(path: str) -> list[tuple[str, int]]:
+    out = []
+    for key, line in files.entries(path):
+        if line.startswith("entry "):
+            number = line.removeprefix("entry ")
+            out.append((key, int(number) if number.isdigit() else -1))
+    return out
 
 
 def decide(view: View) -> Action:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from skillstate.errors import ProviderError
+from skillstate.errors import ProviderError, UsageError
 from skillstate.llm.base import Completion, Message, Provider, Usage, count_messages
 from skillstate.llm.tokens import count_tokens
 
@@ -157,22 +157,24 @@ class ReplayProvider:
 def _load_cassette(path: Path) -> list[dict[str, Any]]:
     """The cassette's entries, validated up front so a bad file fails before the run.
 
-    Usage is turned into :class:`Usage` here, once.
+    Usage is turned into :class:`Usage` here, once. The cassette is named by the
+    operator (``--model replay:FILE``): a file that is not one is bad input
+    (:class:`~skillstate.errors.UsageError`, exit 2), not a failed model call.
     """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ProviderError(f"cannot read cassette {str(path)!r}: {_one_line(exc)}") from exc
+        raise UsageError(f"cannot read cassette {str(path)!r}: {_one_line(exc)}") from exc
     except ValueError as exc:
-        raise ProviderError(f"cassette {str(path)!r} is not JSON: {_one_line(exc)}") from exc
+        raise UsageError(f"cassette {str(path)!r} is not JSON: {_one_line(exc)}") from exc
     if not isinstance(data, list):
-        raise ProviderError(f"cassette {str(path)!r} is not a JSON list of entries")
+        raise UsageError(f"cassette {str(path)!r} is not a JSON list of entries")
     entries: list[dict[str, Any]] = []
     for number, item in enumerate(data, start=1):
         try:
             entries.append(_parse_entry(item))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ProviderError(
+            raise UsageError(
                 f"cassette {str(path)!r} entry {number} is malformed: {_one_line(exc)}"
             ) from exc
     return entries

@@ -31,11 +31,44 @@ def tokenizer_name() -> str:
     return ENCODING if _encoding() is not None else "estimate"
 
 
+CHUNK = 32_768
+"""Longer texts are counted in pieces cut at whitespace: the BPE encoder refuses very
+long input ("too long to encode safely"), and a view or reply that contains one
+must still be countable (outside testers bricked a task with a 1.2M-character
+parameter: every later view failed here)."""
+
+
 def count_tokens(text: str) -> int:
-    """Tokens in ``text`` under :func:`tokenizer_name`."""
+    """Tokens in ``text`` under :func:`tokenizer_name`; any length, never raises."""
     if not text:
         return 0
     encoding = _encoding()
-    if encoding is not None:
+    if encoding is None:
+        return _estimate(text)
+    if len(text) <= CHUNK:
+        return _exact(encoding, text)
+    return sum(_exact(encoding, piece) for piece in _pieces(text))
+
+
+def _exact(encoding: Any, text: str) -> int:
+    try:
         return len(encoding.encode(text))
-    return max(1, math.ceil(len(text.encode("utf-8")) / 4))
+    except ValueError:  # a pathological piece (one enormous "word"): estimate it
+        return _estimate(text)
+
+
+def _estimate(text: str) -> int:
+    return max(1, math.ceil(len(text.encode("utf-8", errors="replace")) / 4))
+
+
+def _pieces(text: str) -> list[str]:
+    pieces: list[str] = []
+    start = 0
+    while start < len(text):
+        end = min(start + CHUNK, len(text))
+        if end < len(text):
+            cut = max(text.rfind(" ", start, end), text.rfind("\n", start, end))
+            end = cut + 1 if cut > start else end
+        pieces.append(text[start:end])
+        start = end
+    return pieces

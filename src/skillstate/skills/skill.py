@@ -119,6 +119,7 @@ class SkillContext:
         redactor: Redactor | None = None,
         params: BaseModel | None = None,
         compensating: bool = False,
+        fence: int | None = None,
     ) -> None:
         self.skill = skill
         self.task_id = task_id
@@ -135,6 +136,10 @@ class SkillContext:
         """True when a compensating rollback calls the ``rollback`` hook to undo an
         effect that succeeded earlier (``idempotency_key`` names it); False when the
         hook undoes a failed attempt of the step that is running."""
+        self.fence = fence
+        """For effects: the lease generation (fencing token) this worker holds the task
+        under. A world that can store it (a SQL row, an object version) can refuse
+        writes from a worker with an older one, which the key alone cannot do."""
         self._tools = dict(tools)
         self._store = store
         self._redactor = redactor

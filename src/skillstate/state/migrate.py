@@ -21,6 +21,17 @@ old schema's class usually no longer exists, and stores are schema-agnostic, so
 the document is the only thing both versions share. Migrations run one version
 at a time (1 → 2 → 3) on every load; the stored records are never rewritten, so
 every old checkpoint stays loadable and auditable as it was committed.
+
+The base fields of the card evolve the same way, under their own number
+(``card_version``, see :data:`BASE_MIGRATIONS`); they migrate first.
+
+**Loads are strict.** After migration a stored card must hold every field of the
+class, no other field, and values that validate *as stored*: a missing
+``constraints``, a ``"5"`` where an int belongs, is :class:`StateCorrupted` naming
+the field, never filled in with a default or coerced (a task that lost its
+constraints would run on without them). Defaults apply when a task is created or
+migrated, not when it is loaded: a new field with a default needs a migration
+(``doc.setdefault("priority", None)``).
 """
 
 from __future__ import annotations
@@ -154,6 +165,7 @@ def migrate_document(
     """
     tid = task_id or _text(doc.get("task_id"))
     at = _int(doc.get("version"))
+    doc = _migrate_base(doc, tid, at)
     known = cls.SCHEMA_VERSION
     found = doc.get("schema_version", 1)
     if _int(found) is None or found < 1:
@@ -205,15 +217,26 @@ def migrate_document(
 def validate_state(
     cls: type[AgentState], doc: Mapping[str, Any], *, task_id: str | None = None
 ) -> AgentState:
-    """``doc`` migrated (:func:`migrate_document`) and validated into ``cls``.
+    """``doc`` migrated (:func:`migrate_document`) and strictly validated into ``cls``.
 
-    A document that does not validate is :class:`~skillstate.errors.StateCorrupted`
-    whose ``field`` is the dotted path of the first error (``completed_steps.0.id``).
+    A document that does not validate, lacks a field, or holds a value that only
+    validates by being changed is :class:`~skillstate.errors.StateCorrupted` whose
+    ``field`` is the dotted path of the first problem (``completed_steps.0.id``).
     """
     tid = task_id or _text(doc.get("task_id"))
     document, _ = migrate_document(cls, doc, task_id=tid)
+    at = _int(doc.get("version"))
+    missing = [name for name in cls.model_fields if name not in document]
+    if missing:
+        raise StateCorrupted(
+            tid,
+            at,
+            "missing from the stored card (a stored card holds every field; defaults apply "
+            "only when a task is created or migrated)",
+            field=missing[0],
+        )
     try:
-        return cls.model_validate(document)
+        state = cls.model_validate(document)
     except ValidationError as exc:
         for error in exc.errors():
             cause = (error.get("ctx") or {}).get("error")
@@ -227,6 +250,77 @@ def validate_state(
         # The message, never the bad value: it may be a secret or a large blob.
         reason = _one_line(str(first["msg"])) + more
         raise StateCorrupted(tid, _int(doc.get("version")), reason, field=where) from exc
+    changed = _coerced(state, document)
+    if changed is not None:
+        raise StateCorrupted(
+            tid, at, "holds a value of the wrong type (it would only load changed)", field=changed
+        )
+    return state
+
+
+def _coerced(state: AgentState, document: Mapping[str, Any]) -> str | None:
+    """The first field whose stored value validation changed (``"5"`` into ``5``)."""
+    from skillstate.state.secrets import sensitive_fields
+
+    hidden = sensitive_fields(type(state))
+    dumped = state.model_dump(mode="json")
+    for name, value in dumped.items():
+        if name in hidden or name == "schema_version":
+            continue  # sealed in the document, plain in the model; set by the migration
+        if value != document.get(name):
+            return _first_difference(name, value, document.get(name))
+    return None
+
+
+def _first_difference(path: str, model: Any, stored: Any) -> str:
+    if isinstance(model, dict) and isinstance(stored, dict):
+        for key in model:
+            if model[key] != stored.get(key):
+                return _first_difference(f"{path}.{key}", model[key], stored.get(key))
+    if isinstance(model, list) and isinstance(stored, list) and len(model) == len(stored):
+        for index, (a, b) in enumerate(zip(model, stored, strict=True)):
+            if a != b:
+                return _first_difference(f"{path}.{index}", a, b)
+    return path
+
+
+def _migrate_base(doc: Mapping[str, Any], tid: str, at: int | None) -> Mapping[str, Any]:
+    """``doc`` with its base fields brought to the current ``card_version``."""
+    from skillstate.state.model import CARD_VERSION
+
+    found = doc.get("card_version", 1)
+    if _int(found) is None or found < 1:
+        raise StateCorrupted(tid, at, f"must be an int >= 1, got {found!r}", field="card_version")
+    if found > CARD_VERSION:
+        raise SchemaTooNew(tid, found, CARD_VERSION)
+    if found == CARD_VERSION:
+        return doc
+    current = copy.deepcopy(dict(doc))
+    for version in range(found, CARD_VERSION):
+        current = BASE_MIGRATIONS[version](current)
+        current["card_version"] = version + 1
+    return current
+
+
+def _base_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Fields added by the stall guard, effect-aware rollback and stale-step undo."""
+    steps = doc.get("completed_steps")
+    doc.setdefault("steps_taken", len(steps) if isinstance(steps, list) else 0)
+    doc.setdefault("tried", [])
+    doc.setdefault("no_progress", 0)
+    doc.setdefault("compensations", [])
+    doc.setdefault("effect_generations", {})
+    for record in steps if isinstance(steps, list) else ():
+        if isinstance(record, dict):
+            record.setdefault("undo", None)
+    for entry in doc.get("errors") or ():
+        if isinstance(entry, dict):
+            entry.setdefault("permanent", False)
+    return doc
+
+
+BASE_MIGRATIONS: dict[int, MigrationFn] = {1: _base_1_to_2}
+"""Migrations of the base card, by the ``card_version`` they start from."""
 
 
 def _int(value: Any) -> int | None:

@@ -62,7 +62,7 @@ class TaskStatus(str, Enum):
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Fingerprint(_Record):
@@ -209,6 +209,11 @@ class Decision(_Record):
     reason: str = ""
 
 
+CARD_VERSION = 2
+"""The base card's own format. 2 added ``steps_taken``, ``tried``, ``no_progress``,
+``compensations``, ``effect_generations``, ``StepRecord.undo`` and
+``ErrorEntry.permanent``."""
+
 #: Fields only the runtime writes. A skill that declares one of these in
 #: ``outputs`` is refused at definition time.
 PROTECTED_FIELDS = frozenset(
@@ -235,6 +240,7 @@ PROTECTED_FIELDS = frozenset(
         "agent",
         "version",
         "schema_version",
+        "card_version",
     }
 )
 
@@ -244,8 +250,13 @@ class AgentState(BaseModel):
 
     # hide_input_in_errors: a validation error must never echo a value (it may be a
     # secret, or a whole document) into a log line.
+    # allow_inf_nan=False: a card must be storable as JSON, which has no infinity.
     model_config = ConfigDict(
-        frozen=True, extra="forbid", validate_default=True, hide_input_in_errors=True
+        frozen=True,
+        extra="forbid",
+        validate_default=True,
+        hide_input_in_errors=True,
+        allow_inf_nan=False,
     )
 
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -301,6 +312,9 @@ class AgentState(BaseModel):
     version: int = 0
     """Bumped by every commit; the store's compare-and-set keys on it."""
     schema_version: int = Field(default=-1, validate_default=True)
+    card_version: int = CARD_VERSION
+    """The version of these base fields (``schema_version`` is the subclass's): stored
+    cards of an older one are migrated on load (:mod:`skillstate.state.migrate`)."""
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -411,16 +425,6 @@ class AgentState(BaseModel):
         if isinstance(obj, Mapping) and sensitive_fields(cls):
             obj = unseal(cls, obj)
         return super().model_validate(obj, *args, **kwargs)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _count_old_steps(cls, data: Any) -> Any:
-        # Cards stored before ``steps_taken`` existed: every step they took is listed.
-        if isinstance(data, Mapping) and "steps_taken" not in data:
-            steps = data.get("completed_steps")
-            if isinstance(steps, list | tuple):
-                return {**data, "steps_taken": len(steps)}
-        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -258,8 +258,26 @@ def generate_key() -> str:
 
 
 def is_sealed(value: Any) -> bool:
-    """Whether ``value`` is a stored ciphertext (``enc:v1:...``)."""
-    return isinstance(value, str) and value.startswith(PREFIX)
+    """Whether ``value`` is a stored ciphertext: ``enc:v1:`` and a Fernet token.
+
+    The prefix alone is not enough: a plaintext that happens to start with
+    ``enc:v1:`` must be sealed like any other, not passed through in the clear.
+    """
+    return isinstance(value, str) and value.startswith(PREFIX) and _token_shaped(value)
+
+
+def _token_shaped(value: str) -> bool:
+    """A Fernet token: url-safe base64 of version 0x80, a timestamp, an IV, a body, a MAC."""
+    import base64
+    import binascii
+
+    token = value[len(PREFIX) :]
+    try:
+        raw = base64.urlsafe_b64decode(token.encode("ascii"))
+    except (ValueError, binascii.Error, UnicodeEncodeError):
+        return False
+    # 1 version + 8 time + 16 IV + at least one 16-byte block + 32 HMAC
+    return len(raw) >= 73 and raw[0] == 0x80 and (len(raw) - 57) % 16 == 0
 
 
 def _present(cls: type[AgentState], doc: Mapping[str, Any]) -> Iterator[str]:

@@ -16,6 +16,16 @@ The hard rules every backend keeps:
   stay flat however large the state grows, and any kept version loads exactly.
 * The head is stored whole, so loading it never replays a chain.
 * :meth:`Store.prune` never deletes the head and never breaks a delta chain.
+* Every version carries a checksum: the head ``sha256:`` of its exact JSON text
+  (:func:`skillstate.store.chain.digest`), each stored version the same over its
+  JSON with keys sorted (:func:`skillstate.store.chain.sorted_digest`, since a
+  delta does not keep key order). :meth:`Store.load` and :meth:`Store.checkpoint`
+  verify them, so a record changed outside skillstate is
+  :class:`~skillstate.errors.StateCorrupted`, never silently loaded. Records
+  written before checksums existed load unverified.
+* A task id is a non-empty string without NUL that encodes as UTF-8
+  (:func:`check_task_id`); every method refuses any other before touching the
+  backend.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from skillstate.errors import StoreError
+from skillstate.errors import StoreError, UsageError
 from skillstate.events import Event
 
 __all__ = [
@@ -37,6 +47,7 @@ __all__ = [
     "Store",
     "artifact_ref",
     "check_commit",
+    "check_task_id",
 ]
 
 
@@ -73,6 +84,12 @@ class Lease:
     task_id: str
     worker: str
     expires_at: datetime
+    generation: int = 0
+    """The fencing token: it grows by one each time a *different* worker takes the
+    task (a fresh claim, or a takeover of an expired lease); renewing keeps it. A
+    commit that carries an older generation than the task's is refused
+    (:class:`~skillstate.errors.LeaseLost`), so a worker that was taken over can
+    never write again."""
 
 
 @dataclass(frozen=True)
@@ -91,18 +108,40 @@ class Store(Protocol):
     url: str
     """The URL the store was opened from, with any password masked."""
 
-    def load(self, task_id: str) -> Checkpoint:
-        """The head version. Raises :class:`~skillstate.errors.TaskNotFound`."""
+    def load(self, task_id: str, *, verify: bool = True) -> Checkpoint:
+        """The head version. Raises :class:`~skillstate.errors.TaskNotFound`.
+
+        The head is checked before it is returned: its checksum must match (a head
+        edited outside skillstate is :class:`~skillstate.errors.StateCorrupted`), and
+        its ``task_id`` and ``version`` fields must be the task and version it is
+        stored as. ``verify=False`` skips both checks and returns the head as stored
+        (it must still be a JSON object): what a repair (``set``, ``edit``) reads a
+        damaged head with. :attr:`Checkpoint.version` is always the stored version,
+        whatever the document says.
+        """
         ...
 
     def commit(
-        self, task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
+        self,
+        task_id: str,
+        expected_version: int,
+        state: Mapping[str, Any],
+        event: Event,
+        *,
+        fence: int | None = None,
     ) -> int:
         """Write ``state`` as version ``expected_version + 1`` with its event, atomically.
 
         ``expected_version`` is the version the writer read (0 to create the task).
         Raises :class:`~skillstate.errors.StaleState` and writes nothing when the
         stored head is not ``expected_version``. Returns the new version.
+
+        ``fence`` is the writer's lease generation (:attr:`Lease.generation`). When
+        given, the commit also checks, in the same atomic step, that the task's
+        lease still has that generation, and raises
+        :class:`~skillstate.errors.LeaseLost` (writing nothing) when another worker
+        has claimed it since. ``None`` skips the check (a person's edit, a
+        single-process embedding without leases).
 
         ``event.patch`` must turn the stored head into ``state`` (the runtime
         builds it so); the store keeps it as the version's delta. A patch that
@@ -112,7 +151,10 @@ class Store(Protocol):
         ...
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
-        """Any kept version, rebuilt exactly. Raises ``TaskNotFound`` or ``StoreError``."""
+        """Any kept version, rebuilt exactly. Raises ``TaskNotFound`` or ``StoreError``.
+
+        The rebuilt document is checked against the version's checksum (and every
+        snapshot on the way against its own): a mismatch is ``StateCorrupted``."""
         ...
 
     def checkpoints(self, task_id: str) -> list[CheckpointInfo]:
@@ -120,9 +162,12 @@ class Store(Protocol):
         ...
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
-        """Events of versions ``> since``, oldest first.
+        """Events of versions ``> since``, oldest first, as stored.
 
         Events outlive pruning; a pruned version's event comes back without its patch.
+        A stored event that does not parse is ``StateCorrupted`` naming it; an event
+        that is missing altogether is left out, so the gap shows as a missing version
+        (no backend fills it in or hides it).
         """
         ...
 
@@ -141,12 +186,43 @@ class Store(Protocol):
 
         Raises :class:`~skillstate.errors.LeaseHeld` while another worker's lease
         is live; an expired lease is taken over. The lease coordinates workers;
-        the version check in :meth:`commit` is what keeps the state safe.
+        the version check in :meth:`commit` is what keeps the state safe, and the
+        returned :attr:`Lease.generation`, passed to :meth:`commit` as ``fence``,
+        keeps a worker that was taken over from writing.
+
+        The generation is 1 for the first claim ever, and grows by one whenever a
+        claim is not a renewal: after a release, or when another worker takes an
+        expired lease over. The holder renewing keeps it, even if its lease had
+        expired, as long as nobody claimed the task in between. A stored lease whose
+        expiry or generation is unreadable (or absurdly far in the future) is
+        ``StateCorrupted`` naming the task; :meth:`force_release` clears it.
+        ``ttl`` must be finite and at most a year
+        (:data:`skillstate.store.chain.MAX_LEASE_TTL`).
         """
         ...
 
     def release(self, task_id: str, worker: str) -> None:
-        """Drop ``worker``'s lease on ``task_id``; a no-op when it holds none."""
+        """Drop ``worker``'s lease on ``task_id``; a no-op when it holds none.
+
+        The task's lease generation is kept (the next claim gets the next one)."""
+        ...
+
+    def lease(self, task_id: str) -> Lease | None:
+        """The task's current lease, live or expired; ``None`` when it has none
+        (never claimed, or released). A damaged lease is ``StateCorrupted``."""
+        ...
+
+    def force_release(self, task_id: str) -> Lease | None:
+        """Drop whoever's lease on ``task_id`` (an operator's ``unlock``); returns it.
+
+        The generation is kept, so the worker that held it can no longer commit
+        (a commit fenced with it is refused until someone claims the task, and then
+        the claim has the next generation). ``None`` when no lease was held.
+
+        A damaged lease is cleared too; what it returns then is what could be read
+        (an unreadable expiry as ``datetime.max``, an unreadable generation as 0, and
+        the stored generation is reset to the current Unix time in seconds, above
+        any a claim could have handed out)."""
         ...
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
@@ -166,13 +242,35 @@ def artifact_ref(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def check_task_id(task_id: object) -> str:
+    """``task_id`` if every backend can store it; else a one-line ``UsageError``.
+
+    A task id is a non-empty string without NUL characters that encodes as UTF-8
+    (lone surrogates, which a non-UTF-8 command line turns into, do not).
+    """
+    if not isinstance(task_id, str) or not task_id:
+        raise UsageError(f"invalid task id {task_id!r}: it must be a non-empty string")
+    if "\x00" in task_id:
+        raise UsageError(f"invalid task id {task_id!r}: it contains a NUL character")
+    try:
+        task_id.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"invalid task id {task_id!r}: it is not valid Unicode text "
+            f"({exc.reason} at position {exc.start})"
+        ) from exc
+    return task_id
+
+
 def check_commit(
     task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
 ) -> int:
     """Shared argument checks of ``commit``; returns the version being written.
 
-    A mismatch here is a caller bug, not a race, so it is a plain ``StoreError``.
+    A mismatch here is a caller bug, not a race, so it is a plain ``StoreError``
+    (an invalid task id is a ``UsageError``).
     """
+    check_task_id(task_id)
     new_version = expected_version + 1
     if expected_version < 0:
         raise StoreError(f"expected_version must be >= 0, got {expected_version}")

@@ -5,18 +5,34 @@ working directory, as ``sqlite:///relative.db`` is).
 
 Layout::
 
-    DIR/<task>/head.json              the head state whole, its version, chain counters
-    DIR/<task>/state_step_0001.yaml   one per kept version: a header, then the state
-                                      (``stored_as: snapshot``) or the JSON Patch from
-                                      the version before (``stored_as: delta``)
+    DIR/<task>/head.json              the head state whole, its version, checksum and
+                                      chain counters
+    DIR/<task>/state_step_0001.yaml   one per kept version: a header (with the version's
+                                      checksum), then the state (``stored_as: snapshot``)
+                                      or the JSON Patch from the version before
+                                      (``stored_as: delta``)
     DIR/<task>/events.jsonl           one event per line, without its patch
-    DIR/<task>/lease.json             the worker holding the task, if any
+    DIR/<task>/lease.json             the lease: its worker (``null`` once released),
+                                      expiry and generation (the fencing token)
     DIR/<task>/.lock                  what writers ``flock`` (never holds data)
     DIR/artifacts/sha256-<hex>        content-addressed artifacts
 
 The files are meant to be read (and diffed, and grepped) by people: a checkpoint
 is a YAML document showing either the whole state or exactly what the step
 changed. The data model is the SQLite backend's, file by file.
+
+**Checksums.** head.json carries ``digest``: ``sha256:`` of the state's JSON text
+as :func:`~skillstate.store.chain.dumps` writes it; each YAML file carries the
+version's (``sha256-sorted:``, the same over the JSON with keys sorted: see
+:mod:`skillstate.store.chain`). Loading checks them, and that the state's
+``task_id`` and ``version`` are the folder's and the header's, so a hand edit is
+``StateCorrupted``, not a silently different state; to change a state, use
+``skillstate set``/``edit``, which commit a new version. Files written before
+checksums have no ``digest`` and load unverified.
+
+**Format versions.** The format is versioned by its fields: every field added
+since the first release (``digest``, the lease's ``generation``, a ``null``
+worker) is optional to readers, which treat its absence as "written before".
 
 **The commit point is the rename of head.json.** A commit, holding the task's
 lock, writes the version's YAML file, appends its event line, then atomically
@@ -30,7 +46,13 @@ makes the scheme crash-safe without a journal.
 
 Every file is written to a temporary name in the same directory, fsynced, then
 renamed over the target, and the directory is fsynced: a reader never sees half
-a file and a power cut never loses a rename that was reported done.
+a file and a power cut never loses a rename that was reported done. Files are
+created ``0600`` and directories ``0700``, whatever the umask (states may hold
+personal data); a store directory that already exists keeps its mode.
+
+A complete line of events.jsonl that does not parse cannot be a crashed append
+(those are torn: no newline, and cut off by the next append), so it is
+``StateCorrupted`` naming the line, never skipped.
 
 Writers of one task (commit, prune, claim, release) serialize on ``flock`` of
 ``DIR/<task>/.lock``, opened anew by each operation: ``flock`` belongs to an open
@@ -43,19 +65,21 @@ Task ids become directory names by percent-encoding every byte outside
 ``[A-Za-z0-9._-]`` (and a leading ``.``), so ``a/b`` is ``a%2Fb``, ``..`` is
 ``%2E.``, nothing is hidden and :meth:`FilesStore.tasks` decodes the original
 ids back. ASCII only: non-ASCII names would be renormalized by some filesystems
-(macOS stores NFD), which would change the ids ``tasks()`` returns.
+(macOS stores NFD), which would change the ids ``tasks()`` returns. Ids every
+store refuses (:func:`~skillstate.store.base.check_task_id`) and ids longer than a
+directory name can be are ``UsageError``.
+
+The URL takes no query parameters: any is ``InvalidStoreURL`` naming it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
 import re
 import string
-import tempfile
 import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
@@ -69,7 +93,6 @@ import yaml
 from skillstate.errors import (
     ArtifactNotFound,
     InvalidStoreURL,
-    LeaseHeld,
     StaleState,
     StateCorrupted,
     StoreError,
@@ -77,18 +100,34 @@ from skillstate.errors import (
     UsageError,
 )
 from skillstate.events import Event, utcnow
-from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
+from skillstate.store import fileio
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    Lease,
+    PruneResult,
+    artifact_ref,
+    check_task_id,
+)
 from skillstate.store.chain import (
     DEFAULT_MAX_CHAIN,
     EncodedCommit,
     Row,
+    check_fence,
+    check_head,
+    check_ttl,
+    claim_generation,
+    damaged_lease,
     dumps,
     encode_commit,
-    lease_expired,
+    held_lease,
     plan_prune,
     rebuild,
+    repaired_generation,
     restore_event,
+    salvage_lease,
     take_snapshot,
+    verify_digest,
 )
 
 __all__ = ["FilesStore", "task_dir_name", "task_id_from_dir"]
@@ -111,18 +150,12 @@ _REF = re.compile(r"sha256:([0-9a-f]{64})")
 _SAFE = frozenset(string.ascii_letters + string.digits + "-_.")
 _NAME_MAX = 255
 """Longest directory name POSIX filesystems accept, in bytes."""
-_FILE_MODE = 0o600
-"""States may hold personal data: every file is private to its owner (as mkstemp makes it)."""
+_FILE_MODE = fileio.FILE_MODE
 
 
 def task_dir_name(task_id: str) -> str:
     """The directory name of ``task_id``; raises ``UsageError`` for an id that cannot be one."""
-    if not isinstance(task_id, str) or not task_id:
-        raise UsageError(f"invalid task id {task_id!r}: it must be a non-empty string")
-    try:
-        raw = task_id.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise UsageError(f"invalid task id {task_id!r}: it is not valid Unicode text") from exc
+    raw = check_task_id(task_id).encode("utf-8")
     name = "".join(
         chr(byte) if chr(byte) in _SAFE and not (i == 0 and byte == ord(".")) else f"%{byte:02X}"
         for i, byte in enumerate(raw)
@@ -162,6 +195,9 @@ class _Head:
     chain_bytes: int
     updated_at: datetime
     state: dict[str, Any]
+    task_id: Any = None
+    """What the header says (``None`` when it says nothing)."""
+    digest: Any = None
 
 
 class FilesStore:
@@ -174,7 +210,7 @@ class FilesStore:
         self.url = url or f"file://{self.root}"
         self.max_chain = max_chain
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            fileio.make_dirs(self.root)
         except OSError as exc:
             # A path that cannot hold the store is bad input, not a backend fault.
             raise InvalidStoreURL(
@@ -185,24 +221,39 @@ class FilesStore:
 
     @classmethod
     def from_url(cls, url: str) -> FilesStore:
-        path = url.split("://", 1)[1]
+        path, _, query = url.split("://", 1)[1].partition("?")
+        if query:
+            names = sorted({p.partition("=")[0] for p in query.split("&") if p}) or [query]
+            raise InvalidStoreURL(
+                f"unknown file:// URL option(s): {', '.join(names)} (it takes none)"
+            )
         if not path:
             raise InvalidStoreURL(f"{url!r} names no directory (try file://.skillstate/files)")
         return cls(path, url=url)
 
     # ------------------------------------------------------------------ protocol
 
-    def load(self, task_id: str) -> Checkpoint:
-        head = self._require_head(task_id, self._dir(task_id))
+    def load(self, task_id: str, *, verify: bool = True) -> Checkpoint:
+        head = self._require_head(task_id, self._dir(task_id), verify=verify)
         return Checkpoint(task_id, head.version, head.state, head.updated_at)
 
     def commit(
-        self, task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
+        self,
+        task_id: str,
+        expected_version: int,
+        state: Mapping[str, Any],
+        event: Event,
+        *,
+        fence: int | None = None,
     ) -> int:
         directory = self._dir(task_id)
-        enc = encode_commit(task_id, expected_version, state, event)
+        enc = encode_commit(task_id, expected_version, state, event, fence=fence)
         with self._locked(task_id, directory):
-            head = self._head(task_id, directory)
+            if enc.fence is not None:
+                record = self._lease_record(task_id, directory)
+                holder, generation = (record[0], record[2]) if record else (None, 0)
+                check_fence(task_id, enc.fence, holder, generation)
+            head = self._head(task_id, directory, verify=False)
             current = head.version if head else 0
             if current != enc.expected:
                 raise StaleState(task_id, enc.expected, current)
@@ -224,16 +275,16 @@ class FilesStore:
                 raise StoreError(
                     f"state of {task_id!r} cannot be written as UTF-8 files: {_one_line(exc)}"
                 ) from exc
-            _write_atomic(directory / _step_name(enc.version), step)
-            _append_line(directory / _EVENTS, line)
-            _write_atomic(directory / _HEAD, head_text)  # the commit point
+            fileio.write_atomic(directory / _step_name(enc.version), step)
+            fileio.append_line(directory / _EVENTS, line)
+            fileio.write_atomic(directory / _HEAD, head_text)  # the commit point
         return enc.version
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
         directory = self._dir(task_id)
-        head = self._require_head(task_id, directory)
+        head = self._require_head(task_id, directory, verify=False)
         if version == head.version:
-            return Checkpoint(task_id, version, head.state, head.updated_at)
+            return self.load(task_id)
         missing = StoreError(f"task {task_id!r} has no checkpoint at version {version}")
         if not 1 <= version < head.version:
             raise missing  # above the head: at most a crashed commit's leftover
@@ -266,26 +317,27 @@ class FilesStore:
 
     def checkpoints(self, task_id: str) -> list[CheckpointInfo]:
         directory = self._dir(task_id)
-        head = self._require_head(task_id, directory)
+        head = self._require_head(task_id, directory, verify=False)
         rows = (self._row(task_id, directory, v) for v in self._versions(directory, head.version))
         return [row.info(task_id) for row in rows if row is not None]
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
         directory = self._dir(task_id)
-        head = self._require_head(task_id, directory)
-        lines = self._event_lines(directory, head.version)
+        head = self._require_head(task_id, directory, verify=False)
+        lines = self._event_lines(task_id, directory, head.version)
         picked = sorted(v for v in lines if v > since)
         events = []
         for version in picked:
             row = self._row(task_id, directory, version)  # None once pruned: no patch
-            events.append(restore_event(task_id, lines[version], row.patch if row else None))
+            patch = row.patch if row else None
+            events.append(restore_event(task_id, lines[version], patch, version))
         return events
 
     def tasks(self) -> list[str]:
         try:
             entries = list(os.scandir(self.root))
         except OSError as exc:
-            raise _os_error("list", self.root, exc) from exc
+            raise fileio.os_error("list", self.root, exc) from exc
         found = []
         for entry in entries:
             task_id = task_id_from_dir(entry.name)
@@ -296,9 +348,9 @@ class FilesStore:
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
         directory = self._dir(task_id)
-        self._require_head(task_id, directory)  # TaskNotFound before creating anything
+        self._require_head(task_id, directory, verify=False)  # TaskNotFound before creating
         with self._locked(task_id, directory):
-            head = self._require_head(task_id, directory)
+            head = self._require_head(task_id, directory, verify=False)
             versions = self._versions(directory, None)
             rows = (self._row(task_id, directory, v) for v in versions if v <= head.version)
             infos = [row.info(task_id) for row in rows if row is not None]
@@ -309,28 +361,22 @@ class FilesStore:
             # Under the lock, files above the head and temporary files can only be
             # what a crashed writer left; they go too.
             doomed += [_step_name(v) for v in versions if v > head.version]
-            doomed += [name for name in _listdir(directory) if name.endswith(".tmp")]
+            doomed += [name for name in fileio.listdir(directory) if name.endswith(".tmp")]
             for name in doomed:
                 with contextlib.suppress(FileNotFoundError):
-                    _unlink(directory / name)
-            _fsync_dir(directory)
+                    fileio.unlink(directory / name)
+            fileio.fsync_dir(directory)
         return PruneResult(task_id, kept, deleted)
 
     def claim(self, task_id: str, worker: str, ttl: float) -> Lease:
         directory = self._dir(task_id)
-        now = utcnow()
+        seconds = check_ttl(ttl)
         with self._locked(task_id, directory):
-            current = self._lease(task_id, directory)
-            if not lease_expired(current, worker, now):
-                assert current is not None
-                raise LeaseHeld(task_id, current.worker, current.expires_at)
-            lease = Lease(task_id, worker, now + timedelta(seconds=ttl))
-            # ASCII escapes: a worker name is anything the caller passed, and this way
-            # any str (even one that is not valid Unicode) is written and read back.
-            text = json.dumps(
-                {"task_id": task_id, "worker": worker, "expires_at": lease.expires_at.isoformat()}
-            )
-            _write_atomic(directory / _LEASE, text.encode("ascii") + b"\n")
+            now = utcnow()
+            current, last = self._held(task_id, directory, now.timestamp())
+            generation = claim_generation(task_id, current, last, worker, now)
+            lease = Lease(task_id, worker, now + timedelta(seconds=seconds), generation)
+            self._write_lease(directory, lease.task_id, worker, lease.expires_at, generation)
         return lease
 
     def release(self, task_id: str, worker: str) -> None:
@@ -338,11 +384,30 @@ class FilesStore:
         if not directory.is_dir():
             return
         with self._locked(task_id, directory):
-            current = self._lease(task_id, directory)
-            if current is not None and current.worker == worker:
-                with contextlib.suppress(FileNotFoundError):
-                    _unlink(directory / _LEASE)
-                _fsync_dir(directory)
+            try:
+                record = self._lease_record(task_id, directory)
+            except StateCorrupted:
+                return  # a damaged lease is reported by claim and lease; force_release clears it
+            if record is not None and record[0] == worker:
+                self._write_lease(directory, task_id, None, record[1], record[2])
+
+    def lease(self, task_id: str) -> Lease | None:
+        return self._held(task_id, self._dir(task_id), None)[0]
+
+    def force_release(self, task_id: str) -> Lease | None:
+        directory = self._dir(task_id)
+        if not directory.is_dir():
+            return None
+        with self._locked(task_id, directory):
+            try:
+                record = self._lease_record(task_id, directory)
+            except StateCorrupted:  # not even JSON: nothing of it can be kept
+                record = ("?", None, None)
+            if record is None or record[0] is None:
+                return None
+            generation = repaired_generation(record[2])
+            self._write_lease(directory, task_id, None, record[1], generation)
+        return salvage_lease(task_id, *record)
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
         # media_type is not kept: the protocol never returns it, and the bytes are the
@@ -352,8 +417,8 @@ class FilesStore:
         path = folder / ref.replace(":", "-", 1)
         if path.is_file():
             return ref
-        _mkdir(folder, self.root)
-        _write_atomic(path, bytes(data))
+        fileio.mkdir(folder, self.root)
+        fileio.write_atomic(path, bytes(data))
         return ref
 
     def get_artifact(self, ref: str) -> bytes:
@@ -366,7 +431,7 @@ class FilesStore:
         except FileNotFoundError:
             raise ArtifactNotFound(f"no artifact {ref!r}") from None
         except OSError as exc:
-            raise _os_error("read", path, exc) from exc
+            raise fileio.os_error("read", path, exc) from exc
 
     def close(self) -> None:
         """Nothing to release: no file stays open between operations."""
@@ -382,29 +447,32 @@ class FilesStore:
         with self._guard:
             thread_lock = self._locks.setdefault(task_id, threading.Lock())
         with thread_lock:
-            _mkdir(directory, self.root)
+            fileio.mkdir(directory, self.root)
             lock_path = directory / _LOCK
             try:
                 fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+                if os.fstat(fd).st_mode & 0o777 != _FILE_MODE:
+                    os.fchmod(fd, _FILE_MODE)  # created under a umask that took bits off
             except OSError as exc:
-                raise _os_error("open", lock_path, exc) from exc
+                raise fileio.os_error("open", lock_path, exc) from exc
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                 except OSError as exc:
-                    raise _os_error("lock", lock_path, exc) from exc
+                    raise fileio.os_error("lock", lock_path, exc) from exc
                 yield
             finally:
                 os.close(fd)  # closing the last descriptor releases the flock
 
-    def _head(self, task_id: str, directory: Path) -> _Head | None:
+    def _head(self, task_id: str, directory: Path, *, verify: bool = True) -> _Head | None:
+        """head.json read; ``verify`` checks its checksum and that it belongs here."""
         path = directory / _HEAD
         try:
             text = path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise _os_error("read", path, exc) from exc
+            raise fileio.os_error("read", path, exc) from exc
         try:
             data = json.loads(text)
             head = _Head(
@@ -413,6 +481,8 @@ class FilesStore:
                 chain_bytes=data["chain_bytes"],
                 updated_at=_timestamp(data["updated_at"]),
                 state=data["state"],
+                task_id=data.get("task_id"),
+                digest=data.get("digest"),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise StateCorrupted(
@@ -422,10 +492,21 @@ class FilesStore:
             raise StateCorrupted(task_id, None, f"{_HEAD} has no valid version")
         if not isinstance(head.state, dict):
             raise StateCorrupted(task_id, head.version, f"{_HEAD} holds no state object")
+        if verify:
+            if head.task_id is not None and head.task_id != task_id:
+                raise StateCorrupted(
+                    task_id,
+                    head.version,
+                    f"{_HEAD} says task {head.task_id!r}, but it is stored as {task_id!r}",
+                    field="task_id",
+                )
+            if head.digest is not None:
+                verify_digest(task_id, head.version, dumps(head.state), head.digest)
+            check_head(task_id, head.version, head.state)
         return head
 
-    def _require_head(self, task_id: str, directory: Path) -> _Head:
-        head = self._head(task_id, directory)
+    def _require_head(self, task_id: str, directory: Path, *, verify: bool = True) -> _Head:
+        head = self._head(task_id, directory, verify=verify)
         if head is None:
             raise TaskNotFound(task_id)
         return head
@@ -433,7 +514,7 @@ class FilesStore:
     def _versions(self, directory: Path, head: int | None) -> list[int]:
         """Versions with a YAML file, sorted; only those up to ``head`` unless it is None."""
         versions = []
-        for name in _listdir(directory):
+        for name in fileio.listdir(directory):
             match = _STEP.fullmatch(name)
             if match is not None and _step_name(int(match.group(1))) == name:
                 versions.append(int(match.group(1)))
@@ -447,7 +528,7 @@ class FilesStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise _os_error("read", directory / name, exc) from exc
+            raise fileio.os_error("read", directory / name, exc) from exc
         try:
             doc = yaml.load(text, Loader=_YamlLoader)
         except yaml.YAMLError as exc:
@@ -459,41 +540,75 @@ class FilesStore:
         except (ValueError, TypeError, KeyError) as exc:
             raise StateCorrupted(task_id, version, f"{name}: {_one_line(exc)}") from exc
 
-    def _event_lines(self, directory: Path, head: int) -> dict[int, str]:
-        """Each version's event line, up to ``head``; the last line of a version wins."""
+    def _event_lines(self, task_id: str, directory: Path, head: int) -> dict[int, str]:
+        """Each version's event line, up to ``head``; the last line of a version wins.
+
+        A complete line that does not parse is ``StateCorrupted`` naming it: a crashed
+        append only ever leaves a torn last line (no newline), which is skipped here
+        and cut off by the next append.
+        """
         path = directory / _EVENTS
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            raise _os_error("read", path, exc) from exc
+            raise fileio.os_error("read", path, exc) from exc
         lines: dict[int, str] = {}
         # The part after the last newline is a torn append (or nothing): never complete.
-        for raw in data.split(b"\n")[:-1]:
+        for number, raw in enumerate(data.split(b"\n")[:-1], 1):
             try:
                 text = raw.decode("utf-8")
                 version = json.loads(text)["version"]
-            except (ValueError, KeyError, TypeError):
-                continue  # debris of a crashed append; it cannot belong to a kept version
-            if isinstance(version, int) and 1 <= version <= head:
+                if isinstance(version, bool) or not isinstance(version, int):
+                    raise TypeError(f"version {version!r} is not a number")
+            except (ValueError, KeyError, TypeError) as exc:
+                raise StateCorrupted(
+                    task_id, None, f"{_EVENTS} line {number} does not load ({_one_line(exc)})"
+                ) from exc
+            if 1 <= version <= head:
                 lines[version] = text
         return lines
 
-    def _lease(self, task_id: str, directory: Path) -> Lease | None:
+    def _lease_record(self, task_id: str, directory: Path) -> tuple[Any, Any, Any] | None:
+        """``(worker, expires_at, generation)`` as lease.json has them; None if no file."""
         path = directory / _LEASE
         try:
             data = json.loads(path.read_bytes())
-            return Lease(task_id, data["worker"], _timestamp(data["expires_at"]))
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise _os_error("read", path, exc) from exc
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StoreError(
-                f"lease file {str(path)!r} does not load ({_one_line(exc)}); delete it to free "
-                "the task"
-            ) from exc
+            raise fileio.os_error("read", path, exc) from exc
+        except ValueError as exc:
+            raise damaged_lease(task_id, f"{_LEASE} is not JSON: {_one_line(exc)}") from exc
+        if not isinstance(data, dict) or "worker" not in data:
+            raise damaged_lease(task_id, f"{_LEASE} holds no lease record")
+        # Files written before fencing have no generation: 0.
+        return data["worker"], data.get("expires_at"), data.get("generation", 0)
+
+    def _held(self, task_id: str, directory: Path, now: float | None) -> tuple[Lease | None, int]:
+        record = self._lease_record(task_id, directory)
+        if record is None:
+            return None, 0
+        return held_lease(task_id, *record, now=now)
+
+    @staticmethod
+    def _write_lease(
+        directory: Path, task_id: str, worker: str | None, expires_at: Any, generation: Any
+    ) -> None:
+        if isinstance(expires_at, datetime):
+            expires_at = expires_at.isoformat()
+        # ASCII escapes: a worker name is anything the caller passed, and this way
+        # any str (even one that is not valid Unicode) is written and read back.
+        text = json.dumps(
+            {
+                "task_id": task_id,
+                "worker": worker,
+                "expires_at": expires_at,
+                "generation": generation,
+            }
+        )
+        fileio.write_atomic(directory / _LEASE, text.encode("ascii") + b"\n")
 
 
 # ---------------------------------------------------------------------- encoding
@@ -504,6 +619,7 @@ def _step_yaml(enc: EncodedCommit, snapshot: bool, now: datetime) -> str:
         "task_id": enc.task_id,
         "version": enc.version,
         "created_at": now.isoformat(),
+        "digest": enc.version_digest,
         "stored_as": "snapshot" if snapshot else "delta",
     }
     if snapshot:
@@ -542,11 +658,15 @@ def _parse_step(version: int, doc: Any) -> Row:
         snapshot = None
     else:
         raise ValueError(f"stored_as is {stored_as!r}, not snapshot or delta")
+    checksum = doc.get("digest")
+    if checksum is not None and not isinstance(checksum, str):
+        raise ValueError("digest is not text")
     return Row(
         version=version,
         snapshot=snapshot,
         patch=dumps(patch) if patch is not None else None,
         created_at=_timestamp(doc.get("created_at")),
+        digest=checksum,
     )
 
 
@@ -558,6 +678,7 @@ def _head_json(enc: EncodedCommit, chain_len: int, chain_bytes: int, now: dateti
             "updated_at": now.isoformat(),
             "chain_len": chain_len,
             "chain_bytes": chain_bytes,
+            "digest": enc.digest,
         },
         ensure_ascii=False,
     )
@@ -573,108 +694,3 @@ def _timestamp(value: Any) -> datetime:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
-
-
-# ---------------------------------------------------------------------- files
-
-
-def _os_error(action: str, path: Path, exc: OSError) -> StoreError:
-    return StoreError(f"cannot {action} {str(path)!r}: {exc.strerror or exc}")
-
-
-def _listdir(directory: Path) -> list[str]:
-    try:
-        return os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise _os_error("list", directory, exc) from exc
-
-
-def _mkdir(directory: Path, parent: Path) -> None:
-    """Create ``directory`` (one level) and make its entry in ``parent`` durable."""
-    if directory.is_dir():
-        return
-    try:
-        directory.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise _os_error("create", directory, exc) from exc
-    _fsync_dir(parent)
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise _os_error("delete", path, exc) from exc
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make renames, creations and deletions in ``directory`` durable."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        if exc.errno == errno.EINVAL:
-            return  # some filesystems cannot fsync a directory; nothing more to do there
-        raise _os_error("sync", directory, exc) from exc
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: readers see the old file or the new one, never a mix."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError as exc:
-        raise _os_error("write", path, exc) from exc
-    _fsync_dir(path.parent)
-
-
-def _append_line(path: Path, line: bytes) -> None:
-    """Append one line durably, first cutting off a torn line a crashed writer left.
-
-    The caller holds the task's lock, so nobody else is appending.
-    """
-    created = not path.exists()
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, _FILE_MODE)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                os.ftruncate(fd, _end_of_last_line(fd, size))
-            view = memoryview(line)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise _os_error("append to", path, exc) from exc
-    if created:
-        _fsync_dir(path.parent)
-
-
-def _end_of_last_line(fd: int, size: int, chunk: int = 1 << 16) -> int:
-    """Offset just past the last newline in the file (0 when there is none)."""
-    end = size
-    while end > 0:
-        start = max(0, end - chunk)
-        found = os.pread(fd, end - start, start).rfind(b"\n")
-        if found >= 0:
-            return start + found + 1
-        end = start
-    return 0

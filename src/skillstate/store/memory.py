@@ -1,29 +1,52 @@
 """In-process store: for tests, notebooks and the contract suite's reference.
 
-It keeps exactly what a durable backend keeps (the serialized head, delta chains,
-events without their patches) so that it behaves like one, prune included.
+It keeps exactly what a durable backend keeps (the serialized head and its
+checksum, delta chains, events without their patches, lease records) so that it
+behaves like one, prune, checksums and damaged records included.
+
+URL: ``memory://``; it takes no options.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
-from skillstate.errors import ArtifactNotFound, LeaseHeld, StaleState, StoreError, TaskNotFound
+from skillstate.errors import (
+    ArtifactNotFound,
+    InvalidStoreURL,
+    StaleState,
+    StoreError,
+    TaskNotFound,
+)
 from skillstate.events import Event, utcnow
-from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    Lease,
+    PruneResult,
+    artifact_ref,
+    check_task_id,
+)
 from skillstate.store.chain import (
     DEFAULT_MAX_CHAIN,
     Row,
+    check_fence,
+    check_ttl,
+    claim_generation,
     encode_commit,
-    lease_expired,
-    load_document,
+    held_lease,
     plan_prune,
+    read_head,
     rebuild,
+    repaired_generation,
     restore_event,
+    salvage_lease,
     take_snapshot,
 )
 
@@ -35,35 +58,58 @@ class _Task:
     version: int
     head: str
     updated_at: datetime
+    digest: str | None = None
     chain_len: int = 0
     chain_bytes: int = 0
     rows: dict[int, Row] = field(default_factory=dict)
     events: list[tuple[int, str]] = field(default_factory=list)
 
 
+@dataclass
+class _LeaseRecord:
+    """A lease as stored: ``worker`` is ``None`` once released; the generation stays."""
+
+    worker: Any
+    expires: Any
+    """Seconds since the epoch."""
+    generation: Any
+
+
 class MemoryStore:
     """Keeps everything in dicts behind one lock. Nothing survives the process."""
 
     def __init__(self, url: str = "memory://", *, max_chain: int = DEFAULT_MAX_CHAIN) -> None:
+        _check_url(url)
         self.url = url
         self.max_chain = max_chain
         self._lock = threading.Lock()
         self._tasks: dict[str, _Task] = {}
-        self._leases: dict[str, Lease] = {}
+        self._leases: dict[str, _LeaseRecord] = {}
         self._artifacts: dict[str, bytes] = {}
 
-    def load(self, task_id: str) -> Checkpoint:
+    def load(self, task_id: str, *, verify: bool = True) -> Checkpoint:
+        check_task_id(task_id)
         with self._lock:
             task = self._task(task_id)
-            version, head, at = task.version, task.head, task.updated_at
-        return Checkpoint(task_id, version, load_document(task_id, version, head), at)
+            version, head, at, checksum = task.version, task.head, task.updated_at, task.digest
+        state = read_head(task_id, version, head, checksum, verify=verify)
+        return Checkpoint(task_id, version, state, at)
 
     def commit(
-        self, task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
+        self,
+        task_id: str,
+        expected_version: int,
+        state: Mapping[str, Any],
+        event: Event,
+        *,
+        fence: int | None = None,
     ) -> int:
-        enc = encode_commit(task_id, expected_version, state, event)
+        enc = encode_commit(task_id, expected_version, state, event, fence=fence)
         now = utcnow()
         with self._lock:
+            record = self._leases.get(task_id)
+            holder, generation = (record.worker, record.generation) if record else (None, 0)
+            check_fence(task_id, enc.fence, holder, generation)
             task = self._tasks.get(task_id)
             head = task.version if task else 0
             if head != enc.expected:
@@ -77,48 +123,52 @@ class MemoryStore:
                 task.chain_len += 1
                 task.chain_bytes += len(enc.patch or "")
             task.version, task.head, task.updated_at = enc.version, enc.state, now
+            task.digest = enc.digest
             task.rows[enc.version] = Row(
-                enc.version, enc.state if snapshot else None, enc.patch, now
+                enc.version, enc.state if snapshot else None, enc.patch, now, enc.version_digest
             )
             task.events.append((enc.version, enc.event))
             self._tasks[task_id] = task
         return enc.version
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
+        check_task_id(task_id)
         with self._lock:
             task = self._task(task_id)
-            if version == task.version:
-                head = task.head
-                return Checkpoint(
-                    task_id, version, load_document(task_id, version, head), task.updated_at
-                )
-            if version not in task.rows:
-                raise StoreError(f"task {task_id!r} has no checkpoint at version {version}")
-            chain = [task.rows[version]]
-            while chain[0].snapshot is None and chain[0].version - 1 in task.rows:
-                chain.insert(0, task.rows[chain[0].version - 1])
+            is_head = version == task.version
+            if not is_head:
+                if version not in task.rows:
+                    raise StoreError(f"task {task_id!r} has no checkpoint at version {version}")
+                chain = [task.rows[version]]
+                while chain[0].snapshot is None and chain[0].version - 1 in task.rows:
+                    chain.insert(0, task.rows[chain[0].version - 1])
+        if is_head:
+            return self.load(task_id)
         return Checkpoint(task_id, version, rebuild(task_id, version, chain), chain[-1].created_at)
 
     def checkpoints(self, task_id: str) -> list[CheckpointInfo]:
+        check_task_id(task_id)
         with self._lock:
             task = self._task(task_id)
             return [task.rows[v].info(task_id) for v in sorted(task.rows)]
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
+        check_task_id(task_id)
         with self._lock:
             task = self._task(task_id)
             picked = [
-                (text, task.rows[v].patch if v in task.rows else None)
+                (v, text, task.rows[v].patch if v in task.rows else None)
                 for v, text in task.events
                 if v > since
             ]
-        return [restore_event(task_id, text, patch) for text, patch in picked]
+        return [restore_event(task_id, text, patch, v) for v, text, patch in picked]
 
     def tasks(self) -> list[str]:
         with self._lock:
             return sorted(self._tasks)
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
+        check_task_id(task_id)
         with self._lock:
             task = self._task(task_id)
             infos = [task.rows[v].info(task_id) for v in sorted(task.rows)]
@@ -128,21 +178,39 @@ class MemoryStore:
         return PruneResult(task_id, kept, deleted)
 
     def claim(self, task_id: str, worker: str, ttl: float) -> Lease:
-        now = utcnow()
+        check_task_id(task_id)
+        seconds = check_ttl(ttl)
         with self._lock:
-            current = self._leases.get(task_id)
-            if not lease_expired(current, worker, now):
-                assert current is not None
-                raise LeaseHeld(task_id, current.worker, current.expires_at)
-            lease = Lease(task_id, worker, now + timedelta(seconds=ttl))
-            self._leases[task_id] = lease
+            now = time.time()
+            record = self._leases.get(task_id)
+            current, last = self._held(task_id, record, now)
+            generation = claim_generation(task_id, current, last, worker, _utc(now))
+            lease = Lease(task_id, worker, _utc(now + seconds), generation)
+            self._leases[task_id] = _LeaseRecord(worker, now + seconds, generation)
         return lease
 
     def release(self, task_id: str, worker: str) -> None:
+        check_task_id(task_id)
         with self._lock:
-            current = self._leases.get(task_id)
-            if current is not None and current.worker == worker:
-                del self._leases[task_id]
+            record = self._leases.get(task_id)
+            if record is not None and record.worker == worker:
+                record.worker = None
+
+    def lease(self, task_id: str) -> Lease | None:
+        check_task_id(task_id)
+        with self._lock:
+            return self._held(task_id, self._leases.get(task_id), time.time())[0]
+
+    def force_release(self, task_id: str) -> Lease | None:
+        check_task_id(task_id)
+        with self._lock:
+            record = self._leases.get(task_id)
+            if record is None or record.worker is None:
+                return None
+            dropped = salvage_lease(task_id, record.worker, record.expires, record.generation)
+            record.worker = None
+            record.generation = repaired_generation(record.generation)
+        return dropped
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
         ref = artifact_ref(data)
@@ -165,3 +233,22 @@ class MemoryStore:
         if task is None:
             raise TaskNotFound(task_id)
         return task
+
+    @staticmethod
+    def _held(task_id: str, record: _LeaseRecord | None, now: float) -> tuple[Lease | None, int]:
+        if record is None:
+            return None, 0
+        return held_lease(task_id, record.worker, record.expires, record.generation, now=now)
+
+
+def _utc(stamp: float) -> datetime:
+    return datetime.fromtimestamp(stamp, timezone.utc)
+
+
+def _check_url(url: str) -> None:
+    """``memory://`` takes no options: any query parameter is refused by name."""
+    query = urlsplit(url).query
+    names = sorted({name for name, _ in parse_qsl(query, keep_blank_values=True)})
+    if names or (query and not names):
+        shown = ", ".join(names) or query
+        raise InvalidStoreURL(f"unknown memory:// URL option(s): {shown} (it takes none)")

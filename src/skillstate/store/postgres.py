@@ -6,6 +6,17 @@ holds the tables; it is created if missing, so one database can hold several
 independent stores (the tests use one per test). Every other query parameter
 (``sslmode``, ``connect_timeout``, ...) goes to libpq unchanged.
 
+Which parameters are accepted: ``schema`` (ours) and whatever libpq knows. libpq's
+options are many and grow with its versions, so the store does not keep its own
+list; it asks libpq (``conninfo_to_dict``) before connecting, and a parameter
+neither knows is ``InvalidStoreURL`` naming it, never a driver error.
+
+A server that cannot be reached (down, refusing, timing out, rejecting the
+credentials, no such database, shutting down) is
+:class:`~skillstate.errors.StoreUnavailable` naming the URL with its password
+masked, when the store opens and on any later call; other database errors are
+``StoreError``. Both are one line.
+
 The data model is the SQLite store's: the ``tasks`` row holds the head document
 whole plus the delta-chain counters; ``checkpoints`` holds a snapshot or a patch
 per version; ``events`` holds each event without its patch.
@@ -33,6 +44,12 @@ server knows at that instant, so the threshold part of
 backend does in Lua); the rest of the rule is decided by ``take_snapshot`` itself,
 and ``tests/test_postgres.py`` checks both agree with the memory store.
 
+The same statement checks the fencing token: with ``fence`` set it locks the
+lease row ``FOR SHARE`` and writes only if the lease is held with that
+generation. Schema 2 adds the checksum columns (``tasks.digest``,
+``checkpoints.digest``) and ``leases.generation``; a released lease keeps its row
+with ``worker`` NULL. The SQL lives in :mod:`skillstate.store.postgres_sql`.
+
 psycopg is imported when a store is opened, never at ``import skillstate.store``.
 """
 
@@ -49,33 +66,50 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from skillstate.errors import (
     ArtifactNotFound,
+    Conflict,
     InvalidStoreURL,
     LeaseHeld,
     MissingExtra,
     StaleState,
     StateCorrupted,
     StoreError,
+    StoreUnavailable,
     TaskNotFound,
 )
 from skillstate.events import Event
-from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    Lease,
+    PruneResult,
+    artifact_ref,
+    check_task_id,
+)
 from skillstate.store.chain import (
     COMPRESS_FROM,
     DEFAULT_MAX_CHAIN,
+    LEASE_HORIZON,
     Row,
+    check_fence,
+    check_ttl,
+    decompress,
     encode_commit,
-    load_document,
+    held_lease,
     plan_prune,
+    read_head,
+    read_lease,
     rebuild,
     restore_event,
+    salvage_lease,
     take_snapshot,
 )
+from skillstate.store.postgres_sql import MIGRATIONS, Queries
 
 if TYPE_CHECKING:
     from psycopg import Connection
     from psycopg_pool import ConnectionPool
 
-__all__ = ["DEFAULT_SCHEMA", "PostgresStore", "PostgresURL", "parse_url"]
+__all__ = ["DEFAULT_SCHEMA", "MIGRATIONS", "PostgresStore", "PostgresURL", "parse_url"]
 
 DEFAULT_SCHEMA = "skillstate"
 
@@ -93,73 +127,6 @@ zlib-compressed (the SQLite store's threshold)."""
 _COMPRESS_HEAD_FROM = 16 * 1024
 """Heads at least this many characters long are stored compressed. Below it the
 head's rewrite is cheap and zlib would cost the commit more time than it saves."""
-
-# Versioned, append-only: a new schema change is a new entry, never an edit.
-# Scripts run with ``search_path`` set to the store's schema, so they name no schema.
-# ``COLLATE "C"`` makes ORDER BY task_id byte order, the order ``sorted()`` gives
-# in the other backends, whatever the database's default collation.
-MIGRATIONS: tuple[tuple[int, str], ...] = (
-    (
-        1,
-        """
-        CREATE TABLE tasks (
-            task_id     TEXT COLLATE "C" PRIMARY KEY,
-            version     BIGINT NOT NULL,
-            updated_at  TIMESTAMPTZ NOT NULL,
-            head        TEXT,
-            head_z      BYTEA,
-            chain_len   INTEGER NOT NULL DEFAULT 0,
-            chain_bytes BIGINT NOT NULL DEFAULT 0,
-            CHECK (num_nonnulls(head, head_z) = 1)
-        ) WITH (
-            -- room on the page to rewrite the head in place (HOT updates)
-            fillfactor = 50,
-            -- Every commit rewrites the head, so a large (TOASTed) head leaves a dead
-            -- copy per commit until vacuum: vacuum after a fixed number of updates,
-            -- not after a fraction of the table, so the garbage stays bounded.
-            autovacuum_vacuum_scale_factor = 0,
-            autovacuum_vacuum_threshold = 1000,
-            toast.autovacuum_vacuum_scale_factor = 0,
-            toast.autovacuum_vacuum_threshold = 1000
-        );
-        CREATE TABLE checkpoints (
-            task_id    TEXT COLLATE "C" NOT NULL,
-            version    BIGINT NOT NULL,
-            snapshot   TEXT,
-            snapshot_z BYTEA,
-            patch      TEXT,
-            patch_z    BYTEA,
-            created_at TIMESTAMPTZ NOT NULL,
-            PRIMARY KEY (task_id, version)
-        );
-        CREATE TABLE events (
-            task_id TEXT COLLATE "C" NOT NULL,
-            version BIGINT NOT NULL,
-            event   TEXT,
-            event_z BYTEA,
-            PRIMARY KEY (task_id, version),
-            CHECK (num_nonnulls(event, event_z) = 1)
-        );
-        -- zlib output does not compress again: keep TOAST from trying.
-        ALTER TABLE tasks ALTER COLUMN head_z SET STORAGE EXTERNAL;
-        ALTER TABLE checkpoints ALTER COLUMN snapshot_z SET STORAGE EXTERNAL,
-                                ALTER COLUMN patch_z SET STORAGE EXTERNAL;
-        ALTER TABLE events ALTER COLUMN event_z SET STORAGE EXTERNAL;
-        CREATE TABLE leases (
-            task_id    TEXT COLLATE "C" PRIMARY KEY,
-            worker     TEXT NOT NULL,
-            expires_at TIMESTAMPTZ NOT NULL
-        );
-        CREATE TABLE artifacts (
-            ref        TEXT PRIMARY KEY,
-            media_type TEXT NOT NULL,
-            data       BYTEA NOT NULL,
-            created_at TIMESTAMPTZ NOT NULL DEFAULT now()
-        );
-        """,
-    ),
-)
-
 
 # ---------------------------------------------------------------------- URLs
 
@@ -217,10 +184,6 @@ def _mask(url: str) -> str:
     return f"{scheme}://{authority}{slash}{path}{question}{query}"
 
 
-def _quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
-
-
 def _one_line(exc: BaseException) -> str:
     """libpq messages span lines (a DETAIL, a HINT, a tab-indented advice): join them."""
     return " ".join(part.strip() for part in str(exc).splitlines() if part.strip()) or repr(exc)
@@ -234,141 +197,6 @@ def _driver() -> Any:
     except ImportError as exc:
         raise MissingExtra("PostgreSQL store needs: pip install 'skillstate[postgres]'") from exc
     return psycopg
-
-
-# ---------------------------------------------------------------------- SQL
-
-
-class _Queries:
-    """Every statement, with the schema spelled into its table names once.
-
-    Table names are qualified rather than relying on ``search_path`` so that a
-    pooled connection (or a transaction-mode pgbouncer) can never point a query
-    at another store's tables.
-    """
-
-    def __init__(self, schema: str) -> None:
-        s = _quote(schema)
-        tasks, checkpoints, events = f"{s}.tasks", f"{s}.checkpoints", f"{s}.events"
-        leases, artifacts = f"{s}.leases", f"{s}.artifacts"
-        self.schema = s
-        self.migrations = f"{s}.schema_migrations"
-
-        self.load = f"SELECT version, head, head_z, updated_at FROM {tasks} WHERE task_id = %s"
-        self.version = f"SELECT version FROM {tasks} WHERE task_id = %s"
-
-        # ``forced`` is take_snapshot() with an empty chain. Past that, its rule only
-        # compares the (never negative) counters with thresholds, so a snapshot forced
-        # at (0, 0) is forced at any counters and the SQL needs only the thresholds.
-        snapshot = (
-            "(%(forced)s OR chain_len + 1 > %(max_chain)s "
-            "OR chain_bytes + %(patch_len)s >= %(state_len)s)"
-        )
-        # chain_len is 0 after the update exactly when this version is a snapshot.
-        # The snapshot body is the compressed state (snapshot_z) when the client sent
-        # one, else the head text: a state under 768 characters, or (when the client's
-        # guess of the counters was stale) a state the client did not compress.
-        self.advance = f"""
-            WITH head AS (
-                UPDATE {tasks} SET
-                    version = %(version)s, head = %(head)s::text, head_z = %(head_z)s::bytea,
-                    updated_at = now(),
-                    chain_len = CASE WHEN {snapshot} THEN 0 ELSE chain_len + 1 END,
-                    chain_bytes = CASE WHEN {snapshot} THEN 0
-                                  ELSE chain_bytes + %(patch_len)s END
-                WHERE task_id = %(task_id)s AND version = %(expected)s
-                RETURNING chain_len = 0 AS snapshot, chain_len, chain_bytes, updated_at
-            ), checkpoint AS (
-                INSERT INTO {checkpoints}
-                    (task_id, version, snapshot, snapshot_z, patch, patch_z, created_at)
-                SELECT %(task_id)s, %(version)s,
-                       CASE WHEN head.snapshot AND %(snapshot_z)s::bytea IS NULL
-                            THEN %(head)s::text END,
-                       CASE WHEN head.snapshot THEN %(snapshot_z)s::bytea END,
-                       %(patch)s::text, %(patch_z)s::bytea, head.updated_at
-                FROM head
-            ), event AS (
-                INSERT INTO {events} (task_id, version, event, event_z)
-                SELECT %(task_id)s, %(version)s, %(event)s::text, %(event_z)s::bytea FROM head
-            )
-            SELECT chain_len, chain_bytes FROM head
-        """
-        self.create = f"""
-            WITH head AS (
-                INSERT INTO {tasks}
-                    (task_id, version, updated_at, head, head_z, chain_len, chain_bytes)
-                VALUES (%(task_id)s, %(version)s, now(), %(head)s::text, %(head_z)s::bytea,
-                        %(chain_len)s, %(chain_bytes)s)
-                ON CONFLICT (task_id) DO NOTHING
-                RETURNING chain_len, chain_bytes, updated_at
-            ), checkpoint AS (
-                INSERT INTO {checkpoints}
-                    (task_id, version, snapshot, snapshot_z, patch, patch_z, created_at)
-                SELECT %(task_id)s, %(version)s, %(snapshot)s::text, %(snapshot_z)s::bytea,
-                       %(patch)s::text, %(patch_z)s::bytea, head.updated_at
-                FROM head
-            ), event AS (
-                INSERT INTO {events} (task_id, version, event, event_z)
-                SELECT %(task_id)s, %(version)s, %(event)s::text, %(event_z)s::bytea FROM head
-            )
-            SELECT chain_len, chain_bytes FROM head
-        """
-
-        # The version's rows from the greatest snapshot at or before it. Without any
-        # snapshot only the version itself comes back, and rebuild() reports the
-        # broken chain rather than this returning "no such version".
-        self.chain = f"""
-            SELECT version, snapshot, snapshot_z, patch, patch_z, created_at FROM {checkpoints}
-            WHERE task_id = %(task_id)s AND version <= %(version)s
-              AND version >= coalesce(
-                  (SELECT max(version) FROM {checkpoints}
-                   WHERE task_id = %(task_id)s AND version <= %(version)s
-                     AND num_nonnulls(snapshot, snapshot_z) > 0),
-                  %(version)s)
-            ORDER BY version
-        """
-        self.checkpoints = f"""
-            SELECT version, num_nonnulls(snapshot, snapshot_z) > 0,
-                   coalesce(octet_length(snapshot), octet_length(snapshot_z),
-                            octet_length(patch), octet_length(patch_z), 0),
-                   created_at
-            FROM {checkpoints} WHERE task_id = %s ORDER BY version
-        """
-        self.events = f"""
-            SELECT e.event, e.event_z, c.patch, c.patch_z FROM {events} e
-            LEFT JOIN {checkpoints} c ON c.task_id = e.task_id AND c.version = e.version
-            WHERE e.task_id = %s AND e.version > %s ORDER BY e.version
-        """
-        self.tasks = f"SELECT task_id FROM {tasks} ORDER BY task_id"
-
-        self.lock_task = f"SELECT version FROM {tasks} WHERE task_id = %s FOR UPDATE"
-        self.prune_rows = (
-            f"SELECT version, num_nonnulls(snapshot, snapshot_z) > 0, created_at "
-            f"FROM {checkpoints} "
-            "WHERE task_id = %s ORDER BY version"
-        )
-        self.prune_delete = (
-            f"DELETE FROM {checkpoints} WHERE task_id = %s AND version = ANY(%s::bigint[])"
-        )
-
-        # One statement, judged by the server's clock: take the lease when it is free,
-        # ours already, or expired; otherwise return nothing and leave it alone.
-        self.claim = f"""
-            INSERT INTO {leases} AS l (task_id, worker, expires_at)
-            VALUES (%(task_id)s, %(worker)s, now() + make_interval(secs => %(ttl)s))
-            ON CONFLICT (task_id) DO UPDATE
-                SET worker = excluded.worker, expires_at = excluded.expires_at
-                WHERE l.worker = excluded.worker OR l.expires_at <= now()
-            RETURNING expires_at
-        """
-        self.lease = f"SELECT worker, expires_at FROM {leases} WHERE task_id = %s"
-        self.release = f"DELETE FROM {leases} WHERE task_id = %s AND worker = %s"
-
-        self.put_artifact = (
-            f"INSERT INTO {artifacts} (ref, media_type, data) VALUES (%s, %s, %s) "
-            "ON CONFLICT (ref) DO NOTHING"
-        )
-        self.get_artifact = f"SELECT data FROM {artifacts} WHERE ref = %s"
 
 
 # ---------------------------------------------------------------------- store
@@ -397,7 +225,7 @@ class PostgresStore:
         self.url = parsed.masked
         self.schema = parsed.schema
         self.max_chain = max_chain
-        self._sql = _Queries(parsed.schema)
+        self._sql = Queries(parsed.schema)
         self._db_error: type[Exception] = psycopg.Error
         self._lock = threading.Lock()
         self._closed = False
@@ -422,7 +250,7 @@ class PostgresStore:
             with psycopg.connect(parsed.conninfo, **extra) as conn:
                 self._migrate(conn)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot open PostgreSQL store {self.url}: {_one_line(exc)}") from exc
+            raise _wrap(f"cannot open PostgreSQL store {self.url}", exc) from exc
 
         self._pool: ConnectionPool[Connection[Any]] = ConnectionPool(
             parsed.conninfo,
@@ -437,7 +265,7 @@ class PostgresStore:
             self._pool.open(wait=True, timeout=timeout)
         except psycopg.Error as exc:
             self._pool.close()
-            raise StoreError(f"cannot open PostgreSQL store {self.url}: {_one_line(exc)}") from exc
+            raise _wrap(f"cannot open PostgreSQL store {self.url}", exc) from exc
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -488,20 +316,28 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ protocol
 
-    def load(self, task_id: str) -> Checkpoint:
+    def load(self, task_id: str, *, verify: bool = True) -> Checkpoint:
+        check_task_id(task_id)
         with self._connection() as conn:
             # Binary results: a compressed head comes as its bytes, not as hex text.
             row = conn.execute(self._sql.load, (task_id,), binary=True).fetchone()
         if row is None:
             raise TaskNotFound(task_id)
-        version, head, head_z, updated_at = row
+        version, head, head_z, updated_at, checksum = row
         text = head if head_z is None else _inflate(task_id, version, head_z)
-        return Checkpoint(task_id, version, load_document(task_id, version, text), _utc(updated_at))
+        state = read_head(task_id, version, text, checksum, verify=verify)
+        return Checkpoint(task_id, version, state, _utc(updated_at))
 
     def commit(
-        self, task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
+        self,
+        task_id: str,
+        expected_version: int,
+        state: Mapping[str, Any],
+        event: Event,
+        *,
+        fence: int | None = None,
     ) -> int:
-        enc = encode_commit(task_id, expected_version, state, event)
+        enc = encode_commit(task_id, expected_version, state, event, fence=fence)
         forced = take_snapshot(0, 0, enc, self.max_chain)
         large = len(enc.state) >= _COMPRESS_HEAD_FROM
         head_z = _deflate(enc.state) if large else None
@@ -516,6 +352,9 @@ class PostgresStore:
             "patch_z": patch_z,
             "event": event_text,
             "event_z": event_z,
+            "digest": enc.digest,
+            "version_digest": enc.version_digest,
+            "fence": enc.fence,
         }
         if enc.expected == 0:
             # A new task's chain is empty, so take_snapshot decides outright.
@@ -554,47 +393,68 @@ class PostgresStore:
             row = conn.execute(query, params).fetchone()
             if row is None:
                 self._chains.pop(task_id, None)
-                # Lost the compare-and-set (or the task is not where the writer thinks).
-                # Read the head now: the statement's own snapshot predates the winner.
-                current = conn.execute(self._sql.version, (task_id,)).fetchone()
-                raise StaleState(task_id, enc.expected, current[0] if current else 0)
+                # Lost the compare-and-set or the fencing check (or the task is not where
+                # the writer thinks). Read both now: the statement's own snapshot
+                # predates the winner.
+                refused = conn.execute(self._sql.refused, {"task_id": task_id}).fetchone()
+        if row is None:
+            current, holder, generation = refused or (None, None, None)
+            check_fence(task_id, enc.fence, holder, generation)
+            if (current or 0) == enc.expected:  # the fence failed, and moved back since
+                raise Conflict(f"task {task_id!r} changed during the commit; nothing was written")
+            raise StaleState(task_id, enc.expected, current or 0)
         self._chains[task_id] = (enc.version, row[0], row[1])
         return enc.version
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
-        head = self.load(task_id)
+        # The head's version only: a damaged head must not hide the versions before it.
+        head = self.load(task_id, verify=False)
         if version == head.version:
-            return head
+            return self.load(task_id)
         with self._connection() as conn:
             fetched = conn.execute(
                 self._sql.chain, {"task_id": task_id, "version": version}, binary=True
+            ).fetchall()
+        rows = [
+            Row(
+                v,
+                _unpack(task_id, v, snap, snap_z),
+                _unpack(task_id, v, patch, patch_z),
+                _utc(created),
+                checksum,
             )
-            rows = [
-                Row(v, _unpack(snap, snap_z), _unpack(patch, patch_z), _utc(created))
-                for v, snap, snap_z, patch, patch_z, created in fetched
-            ]
+            for v, snap, snap_z, patch, patch_z, created, checksum in fetched
+        ]
         if not rows or rows[-1].version != version:
             raise StoreError(f"task {task_id!r} has no checkpoint at version {version}")
         return Checkpoint(task_id, version, rebuild(task_id, version, rows), rows[-1].created_at)
 
     def checkpoints(self, task_id: str) -> list[CheckpointInfo]:
+        check_task_id(task_id)
         with self._connection() as conn:
             rows = conn.execute(self._sql.checkpoints, (task_id,)).fetchall()
         if not rows:
-            self.load(task_id)  # TaskNotFound for an unknown task
+            self.load(task_id, verify=False)  # TaskNotFound for an unknown task
         return [
             CheckpointInfo(task_id, v, _utc(created), bool(snap), size)
             for v, snap, size, created in rows
         ]
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
+        check_task_id(task_id)
         with self._connection() as conn:
             rows = conn.execute(self._sql.events, (task_id, since), binary=True).fetchall()
         if not rows:
-            self.load(task_id)
+            self.load(task_id, verify=False)
+        # As stored: a version whose event row is gone is simply not in the list.
         return [
-            restore_event(task_id, _unpack(text, text_z) or "", _unpack(patch, patch_z))
-            for text, text_z, patch, patch_z in rows
+            restore_event(
+                task_id,
+                _unpack(task_id, v, text, text_z) or "",
+                _unpack(task_id, v, patch, patch_z),
+                v,
+            )
+            for v, text, text_z, patch, patch_z in rows
         ]
 
     def tasks(self) -> list[str]:
@@ -602,6 +462,7 @@ class PostgresStore:
             return [row[0] for row in conn.execute(self._sql.tasks)]
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
+        check_task_id(task_id)
         with self._connection() as conn, conn.transaction():
             # The row lock makes a prune and a commit of the same task take turns, so
             # the plan is made from the chain as it stands when the deletes run.
@@ -617,20 +478,46 @@ class PostgresStore:
         return PruneResult(task_id, kept, deleted)
 
     def claim(self, task_id: str, worker: str, ttl: float) -> Lease:
-        params = {"task_id": task_id, "worker": worker, "ttl": float(ttl)}
+        check_task_id(task_id)
+        params = {
+            "task_id": task_id,
+            "worker": worker,
+            "ttl": check_ttl(ttl),
+            "horizon": LEASE_HORIZON,
+        }
         with self._connection() as conn:
-            while True:
+            for _ in range(_CLAIM_ATTEMPTS):
                 row = conn.execute(self._sql.claim, params).fetchone()
                 if row is not None:
-                    return Lease(task_id, worker, _utc(row[0]))
-                holder = conn.execute(self._sql.lease, (task_id,)).fetchone()
-                if holder is not None:
-                    raise LeaseHeld(task_id, holder[0], _utc(holder[1]))
-                # Released between the two statements: the task is free, claim again.
+                    return Lease(task_id, worker, _utc(row[0]), row[1])
+                found = conn.execute(self._sql.lease, (task_id,)).fetchone()
+                if found is None or found[0] is None:
+                    continue  # released between the two statements: claim again
+                holder, expires, generation, expired = found
+                lease = read_lease(task_id, holder, expires, generation)  # damaged: raises
+                if holder != worker and not expired:
+                    raise LeaseHeld(task_id, lease.worker, lease.expires_at)
+                # It expired (or became ours) between the two statements: claim again.
+        raise Conflict(f"task {task_id!r}: the lease kept changing during the claim")
 
     def release(self, task_id: str, worker: str) -> None:
+        check_task_id(task_id)
         with self._connection() as conn:
             conn.execute(self._sql.release, (task_id, worker))
+
+    def lease(self, task_id: str) -> Lease | None:
+        check_task_id(task_id)
+        with self._connection() as conn:
+            row = conn.execute(self._sql.lease, (task_id,)).fetchone()
+        if row is None:
+            return None
+        return held_lease(task_id, *row[:3])[0]
+
+    def force_release(self, task_id: str) -> Lease | None:
+        check_task_id(task_id)
+        with self._connection() as conn:
+            row = conn.execute(self._sql.force_release, (task_id,)).fetchone()
+        return salvage_lease(task_id, *row) if row is not None else None
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
         ref = artifact_ref(data)
@@ -666,7 +553,30 @@ class PostgresStore:
             with self._pool.connection() as conn:
                 yield conn
         except self._db_error as exc:
-            raise StoreError(f"PostgreSQL error on {self.url}: {_one_line(exc)}") from exc
+            raise _wrap(f"PostgreSQL error on {self.url}", exc) from exc
+
+
+_CLAIM_ATTEMPTS = 10
+"""Rounds of claim-then-look before a claim on a lease that keeps changing gives up."""
+
+_UNAVAILABLE_STATES = ("08", "28", "3D000", "57P01", "57P02", "57P03")
+"""SQLSTATEs (classes or codes) meaning the server cannot be used at all: connection
+exceptions, rejected credentials, no such database, shutting down or starting up."""
+
+
+def _wrap(context: str, exc: Exception) -> StoreError:
+    """A driver error as one line: ``StoreUnavailable`` when the server cannot be reached."""
+    import psycopg  # imported already: a store exists
+
+    message = f"{context}: {_one_line(exc)}"
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is None:
+        # No answer from a server: failed to connect, connection lost, or the pool
+        # timed out waiting for one (psycopg_pool.PoolTimeout is an OperationalError).
+        unavailable = isinstance(exc, psycopg.OperationalError)
+    else:
+        unavailable = sqlstate.startswith(_UNAVAILABLE_STATES)
+    return StoreUnavailable(message) if unavailable else StoreError(message)
 
 
 def _deflate(text: str) -> bytes:
@@ -680,10 +590,10 @@ def _pack(text: str | None) -> tuple[str | None, bytes | None]:
     return None, _deflate(text)
 
 
-def _unpack(text: str | None, compressed: bytes | None) -> str | None:
+def _unpack(task_id: str, version: int, text: str | None, compressed: bytes | None) -> str | None:
     if compressed is None:
         return text
-    return zlib.decompress(compressed).decode()
+    return decompress(task_id, version, compressed)
 
 
 def _inflate(task_id: str, version: int, compressed: bytes) -> bytes:

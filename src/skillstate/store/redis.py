@@ -3,16 +3,26 @@
 URL: ``redis://[[user]:password@]host[:port][/db][?prefix=NAME]`` (``rediss://``
 for TLS). Every key starts with ``NAME:`` (default ``skillstate``), so several
 stores can share one Redis database. Other query parameters (``socket_timeout``,
-``max_connections``...) go to redis-py unchanged.
+``max_connections``...) go to redis-py unchanged; one that redis-py's connection
+does not take (or that would change how values are encoded, like
+``decode_responses``) is ``InvalidStoreURL`` naming it.
+
+A server that cannot be reached (down, refusing, timing out, rejecting the
+credentials, a database number it does not have) is
+:class:`~skillstate.errors.StoreUnavailable` naming the URL with its password
+masked, on opening and on any later call; other Redis errors are ``StoreError``.
 
 Layout, per task ``ID`` (``P`` is the prefix)::
 
     P:task:ID    hash    version, head (the head document whole), chain_len,
-                         chain_bytes, updated_at
+                         chain_bytes, updated_at, digest (the head's checksum)
     P:cp:ID      hash    VERSION -> "KIND SIZE CREATED_AT PATCH"  (one per kept version)
     P:snap:ID    hash    VERSION -> snapshot text                 (snapshot versions only)
+    P:sum:ID     hash    VERSION -> the version's checksum        (one per kept version)
     P:ev:ID      hash    VERSION -> event JSON without its patch  (never pruned)
-    P:lease:ID   string  the holding worker, expiring with the lease (PX)
+    P:lease:ID   hash    worker (absent once released), generation, expires
+                         (ms since the epoch, the server's clock); never deleted,
+                         so the generation survives releases and expiry
     P:tasks      zset    every task id (score 0: members sort by bytes = code points)
     P:art:REF    hash    data, media_type, created_at
     P:schema     hash    layout version -> when it was applied
@@ -30,11 +40,17 @@ never starts with NUL (JSON escapes control characters), so the marker is
 unambiguous and data written uncompressed loads unchanged: no layout migration. The
 head stays uncompressed: loading it is the hot read.
 
-``commit`` is one Lua script, hence one round trip and atomic: it compares the
-version, mirrors :func:`skillstate.store.chain.take_snapshot` and writes
-everything. redis-py retries a command whose connection broke; if the first
-attempt had landed, the retry finds the head moved and reports ``StaleState``, so
-a retried commit is never written twice.
+Versions written before checksums have no ``P:sum`` field and no ``digest`` in
+the task hash: they load unverified, again without a migration. Layout 2 turned the lease from a
+string expiring with ``PX`` into the hash above (``MIGRATIONS``); the
+Lua scripts live in :mod:`skillstate.store.redis_lua`.
+
+``commit`` is one Lua script, hence one round trip and atomic: it checks the
+fencing token against the lease, compares the version, mirrors
+:func:`skillstate.store.chain.take_snapshot` and writes everything. redis-py
+retries a command whose connection broke; if the first attempt had landed, the
+retry finds the head moved and reports ``StaleState``, so a retried commit is
+never written twice.
 
 Cross-key scripts mean a single Redis (or a primary with replicas), not Redis
 Cluster: the keys of one task are not hash-tagged into one slot, and the ``tasks``
@@ -43,46 +59,60 @@ set spans all of them.
 
 from __future__ import annotations
 
-import math
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from skillstate.errors import (
     ArtifactNotFound,
     Conflict,
     InvalidStoreURL,
     LeaseHeld,
+    LeaseLost,
     MissingExtra,
     StaleState,
     StateCorrupted,
     StoreError,
+    StoreUnavailable,
     TaskNotFound,
 )
 from skillstate.events import Event, utcnow
-from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
+from skillstate.store import redis_lua
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    Lease,
+    PruneResult,
+    artifact_ref,
+    check_task_id,
+)
 from skillstate.store.chain import (
     COMPRESS_FROM,
     DEFAULT_MAX_CHAIN,
+    LEASE_HORIZON,
     Row,
+    check_fence,
+    check_ttl,
+    damaged_lease,
     encode_commit,
-    load_document,
+    held_lease,
     plan_prune,
+    read_head,
     rebuild,
     restore_event,
+    salvage_lease,
     take_snapshot,
 )
+from skillstate.store.redis_url import DEFAULT_PREFIX, glob_escape
+from skillstate.store.redis_url import parse_url as _parse_url
 
 if TYPE_CHECKING:
     import redis
 
 __all__ = ["DEFAULT_PREFIX", "RedisStore"]
-
-DEFAULT_PREFIX = "skillstate"
 
 OPEN_TIMEOUT = 2.0
 """Seconds the opening ping may take: a server that is down fails fast, not after retries."""
@@ -104,133 +134,27 @@ _CHAIN_CACHE = 4096
 """Tasks whose chain counters a store remembers from its own commits (then forgotten)."""
 
 
-# --------------------------------------------------------------------- Lua scripts
-
-# KEYS: task, cp, snap, ev, tasks
-# ARGV: expected, version, state, event, patch ('' = none), is_delta ('1'/'0'),
-#       len(patch), len(state), max_chain, now, task_id, body ('' = state as is)
-# Returns {1, new_version, chain_len, chain_bytes} or {0, actual_head_version}.
-#
-# event, patch and body arrive as stored: compressed (binary) when long, which Lua
-# strings carry unchanged. The snapshot decision is chain.take_snapshot verbatim. The
-# two lengths come from Python because the rule counts the characters of the
-# uncompressed texts (len(str)) while Lua's # counts bytes; the stored SIZE, in
-# contrast, is the bytes stored, as CheckpointInfo.size is everywhere. body is the
-# snapshot as it is to be stored (compressed) when Python expects a snapshot or cannot
-# tell; when it is empty and the script snapshots anyway, the state is stored as is.
-# The task hash is written last: Redis does not roll a script back, so if it were
-# ever cut short (out of memory) the head would not have moved and the next commit
-# of the same version simply overwrites the half-written fields.
-_COMMIT = """
-local cur = redis.call('HMGET', KEYS[1], 'version', 'chain_len', 'chain_bytes')
-local head = tonumber(cur[1]) or 0
-if head ~= tonumber(ARGV[1]) then
-  return {0, head}
-end
-local chain_len = tonumber(cur[2]) or 0
-local chain_bytes = tonumber(cur[3]) or 0
-local version, state, patch = ARGV[2], ARGV[3], ARGV[5]
-local patch_len, state_len = tonumber(ARGV[7]), tonumber(ARGV[8])
-local snapshot
-if ARGV[6] ~= '1' or patch == '' or chain_len + 1 > tonumber(ARGV[9]) then
-  snapshot = true
-else
-  snapshot = chain_bytes + patch_len >= state_len
-end
-local now = ARGV[10]
-if snapshot then
-  local body = ARGV[12]
-  if body == '' then
-    body = state
-  end
-  chain_len, chain_bytes = 0, 0
-  redis.call('HSET', KEYS[2], version, 'S ' .. #body .. ' ' .. now .. ' ' .. patch)
-  redis.call('HSET', KEYS[3], version, body)
-else
-  chain_len, chain_bytes = chain_len + 1, chain_bytes + patch_len
-  redis.call('HSET', KEYS[2], version, 'D ' .. #patch .. ' ' .. now .. ' ' .. patch)
-end
-redis.call('HSET', KEYS[4], version, ARGV[4])
-if head == 0 then
-  redis.call('ZADD', KEYS[5], 0, ARGV[11])
-end
-redis.call('HSET', KEYS[1], 'version', version, 'head', state, 'chain_len', chain_len,
-  'chain_bytes', chain_bytes, 'updated_at', now)
-return {1, tonumber(version), chain_len, chain_bytes}
-"""
-
-# KEYS: task, cp, snap; ARGV: version
-# Returns {0} (no task), {1, head, updated_at} (the head), {3} (no such version) or
-# {2, snapshot|false, record(v), record(v-1), ..., record(start)}: the records back to
-# the nearest snapshot, or to the first gap (then rebuild reports the broken chain).
-# One script rather than a walk from Python: the walk is a chain of dependent reads,
-# and a concurrent prune cannot slip between them.
-_CHECKPOINT = """
-local head = redis.call('HMGET', KEYS[1], 'version', 'head', 'updated_at')
-if not head[1] then
-  return {0}
-end
-local v = tonumber(ARGV[1])
-if tonumber(head[1]) == v then
-  return {1, head[2], head[3]}
-end
-local out = {2, false}
-local u = v
-while u >= 1 do
-  local rec = redis.call('HGET', KEYS[2], u)
-  if not rec then
-    break
-  end
-  out[#out + 1] = rec
-  if string.sub(rec, 1, 1) == 'S' then
-    out[2] = redis.call('HGET', KEYS[3], u)
-    break
-  end
-  u = u - 1
-end
-if #out == 2 then
-  return {3}
-end
-return out
-"""
-
-# KEYS: lease; ARGV: worker, ttl_ms
-# Returns {1, worker, ttl_ms, sec, usec} (claimed) or {0, holder, pttl_ms, sec, usec}.
-# Redis expires the key itself, so a dead worker's lease disappears without anyone
-# comparing clocks; expires_at is reported from the server's TIME, the clock that
-# expiry runs on. TIME comes after the write: Redis < 5 forbids writes after a
-# non-deterministic command in a script.
-_CLAIM = """
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then
-  local t = redis.call('TIME')
-  return {0, holder, redis.call('PTTL', KEYS[1]), t[1], t[2]}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local t = redis.call('TIME')
-return {1, ARGV[1], tonumber(ARGV[2]), t[1], t[2]}
-"""
-
-# KEYS: lease; ARGV: worker. Deletes the lease only if this worker holds it.
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
-
 # --------------------------------------------------------------------- layout migrations
 
 
 def _initial_layout(client: redis.Redis, prefix: str) -> None:
-    """Layout 1 is the one described in the module docstring: nothing to convert."""
+    """Layout 1: nothing to convert (later fields are read as optional)."""
+
+
+def _lease_hashes(client: redis.Redis, prefix: str) -> None:
+    """Layout 2: every lease string (worker, PX) becomes a hash with generation 0."""
+    convert = client.register_script(redis_lua.CONVERT_LEASE)
+    for key in client.scan_iter(match=f"{glob_escape(prefix)}:lease:*", count=1000):
+        convert(keys=[key])
 
 
 # Versioned, append-only, like the SQLite store's MIGRATIONS. Several processes may
 # open a store at once and run a missing step concurrently, so every step must be
 # idempotent; the version is recorded (HSETNX) only after its step has run.
-MIGRATIONS: tuple[tuple[int, Callable[[redis.Redis, str], None]], ...] = ((1, _initial_layout),)
+MIGRATIONS: tuple[tuple[int, Callable[[redis.Redis, str], None]], ...] = (
+    (1, _initial_layout),
+    (2, _lease_hashes),
+)
 
 
 # --------------------------------------------------------------------- the store
@@ -242,7 +166,9 @@ class RedisStore:
     def __init__(
         self, url: str = "redis://127.0.0.1:6379/0", *, max_chain: int = DEFAULT_MAX_CHAIN
     ) -> None:
-        client_url, prefix, masked = _parse_url(url)
+        module = _redis()
+        self._redis = module
+        client_url, prefix, masked = _parse_url(url, module)
         self.url = masked
         self.prefix = prefix
         self.max_chain = max_chain
@@ -250,20 +176,19 @@ class RedisStore:
         # task -> (version, chain_len, chain_bytes) after this store's last commit to
         # it: with it, commit knows whether the script will snapshot and compresses the
         # state only then. A stale or missing entry costs a compression, never a
-        # wrong decision (the script decides; see _COMMIT).
+        # wrong decision (the script decides; see redis_lua.COMMIT).
         self._chains: dict[str, tuple[int, int, int]] = {}
-        module = _redis()
-        self._redis = module
         self._ping(module, client_url)
         try:
             self._client: redis.Redis = module.Redis.from_url(client_url)
-        except ValueError as exc:
-            raise InvalidStoreURL(f"bad Redis URL {masked!r}: {exc}") from exc
+        except (TypeError, ValueError) as exc:
+            raise InvalidStoreURL(f"bad Redis URL {masked!r}: {_one_line(exc)}") from exc
         # register_script only hashes the text; EVALSHA loads it on first use.
-        self._commit = self._client.register_script(_COMMIT)
-        self._checkpoint = self._client.register_script(_CHECKPOINT)
-        self._claim = self._client.register_script(_CLAIM)
-        self._release = self._client.register_script(_RELEASE)
+        self._commit = self._client.register_script(redis_lua.COMMIT)
+        self._checkpoint = self._client.register_script(redis_lua.CHECKPOINT)
+        self._claim = self._client.register_script(redis_lua.CLAIM)
+        self._release = self._client.register_script(redis_lua.RELEASE)
+        self._force_release = self._client.register_script(redis_lua.FORCE_RELEASE)
         try:
             self.setup()
         except BaseException:
@@ -279,8 +204,8 @@ class RedisStore:
     def setup(self) -> None:
         """Apply the layout migrations this database lacks. Safe to call any number of times."""
         key = self._key("schema")
+        done = set(self.schema_versions())
         with self._errors():
-            done = set(self.schema_versions())
             for version, migrate in MIGRATIONS:
                 if version in done:
                     continue
@@ -288,30 +213,57 @@ class RedisStore:
                 self._client.hsetnx(key, str(version), utcnow().isoformat())
 
     def schema_versions(self) -> list[int]:
-        """Layout versions recorded in this database, oldest first."""
+        """Layout versions recorded in this database, oldest first.
+
+        A record that is not a layout version, or names one newer than this code
+        knows, is a one-line ``StoreError``: the store is not opened on a guess.
+        """
+        key = self._key("schema")
         with self._errors():
-            fields = self._client.hkeys(self._key("schema"))
-        return sorted(int(f) for f in fields)
+            fields = cast("list[bytes]", self._client.hkeys(key))
+        versions = []
+        for field in fields:
+            try:
+                versions.append(int(field.decode("ascii")))
+            except (UnicodeDecodeError, ValueError):
+                raise StoreError(
+                    f"Redis store {self.url}: its layout record {key!r} is damaged "
+                    f"({field!r} is not a layout version)"
+                ) from None
+        newest = max(version for version, _ in MIGRATIONS)
+        if versions and max(versions) > newest:
+            raise StoreError(
+                f"Redis store {self.url} has layout {max(versions)}, newer than {newest}, "
+                "the newest this code knows: upgrade skillstate"
+            )
+        return sorted(versions)
 
     # ------------------------------------------------------------------ protocol
 
-    def load(self, task_id: str) -> Checkpoint:
+    def load(self, task_id: str, *, verify: bool = True) -> Checkpoint:
+        check_task_id(task_id)
         with self._errors():
-            version, head, updated_at = self._client.hmget(
-                self._key("task", task_id), ["version", "head", "updated_at"]
+            version, head, updated_at, checksum = self._client.hmget(
+                self._key("task", task_id), ["version", "head", "updated_at", "digest"]
             )
         if version is None:
             raise TaskNotFound(task_id)
-        number = int(version)
+        number = _version(task_id, version)
         if head is None or updated_at is None:
             raise StateCorrupted(task_id, number, "the task record has no head")
-        state = load_document(task_id, number, head)
+        state = read_head(task_id, number, head, checksum, verify=verify)
         return Checkpoint(task_id, number, state, _time(task_id, number, updated_at))
 
     def commit(
-        self, task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
+        self,
+        task_id: str,
+        expected_version: int,
+        state: Mapping[str, Any],
+        event: Event,
+        *,
+        fence: int | None = None,
     ) -> int:
-        enc = encode_commit(task_id, expected_version, state, event)
+        enc = encode_commit(task_id, expected_version, state, event, fence=fence)
         patch = enc.patch or ""
         chain = self._chains.get(task_id)
         if chain is not None and chain[0] == enc.expected:
@@ -327,6 +279,8 @@ class RedisStore:
                     self._key("snap", task_id),
                     self._key("ev", task_id),
                     self._key("tasks"),
+                    self._key("lease", task_id),
+                    self._key("sum", task_id),
                 ],
                 args=[
                     enc.expected,
@@ -341,18 +295,28 @@ class RedisStore:
                     utcnow().isoformat(),
                     task_id,
                     body,
+                    enc.digest,
+                    "" if enc.fence is None else enc.fence,
+                    enc.version_digest,
                 ],
             )
-        result = cast("list[int]", reply)
+        result = cast("list[Any]", reply)
+        if result[0] == 2:
+            _, holder, generation = [*result, None, None][:3]
+            check_fence(task_id, enc.fence, holder, _number(generation))
+            raise LeaseLost(task_id, enc.fence or 0, None)  # pragma: no cover - raced
+        if result[0] == 3:
+            raise StateCorrupted(task_id, None, "the task record's version is not a number")
         if not result[0]:
             raise StaleState(task_id, enc.expected, result[1])
         _, version, chain_len, chain_bytes = result
         if len(self._chains) >= _CHAIN_CACHE:
             self._chains.clear()
         self._chains[task_id] = (version, chain_len, chain_bytes)
-        return version
+        return cast("int", version)
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
+        check_task_id(task_id)
         with self._errors():
             reply = cast(
                 "list[Any]",
@@ -361,6 +325,7 @@ class RedisStore:
                         self._key("task", task_id),
                         self._key("cp", task_id),
                         self._key("snap", task_id),
+                        self._key("sum", task_id),
                     ],
                     args=[version],
                 ),
@@ -369,25 +334,31 @@ class RedisStore:
         if kind == 0:
             raise TaskNotFound(task_id)
         if kind == 1:
-            head, updated_at = cast("tuple[bytes, bytes]", reply[1:])
-            state = load_document(task_id, version, head)
+            head, updated_at, checksum = [*reply[1:], None, None, None][:3]
+            if head is None or updated_at is None:
+                raise StateCorrupted(task_id, version, "the task record has no head")
+            state = read_head(task_id, version, head, checksum)
             return Checkpoint(task_id, version, state, _time(task_id, version, updated_at))
         if kind == 3:
             raise StoreError(f"task {task_id!r} has no checkpoint at version {version}")
         body = cast("bytes | None", reply[1])
-        records = cast("list[bytes]", reply[2:])  # newest first
+        records = cast("list[bytes]", reply[2::2])  # newest first
+        checksums = cast("list[bytes | None]", reply[3::2])
         start = version - len(records) + 1
         rows: list[Row] = []
-        for number, record in enumerate(reversed(records), start):
+        pairs = zip(reversed(records), reversed(checksums), strict=True)
+        for number, (record, raw) in enumerate(pairs, start):
             is_snapshot, _, created_at, stored = _header(task_id, number, record)
+            checksum = raw.decode("ascii", "replace") if raw is not None else None
             patch = _unpack(task_id, number, stored)
             # Only the oldest record can be a snapshot (the walk stops there); a body
             # that has gone missing stays None and rebuild reports the broken chain.
             snapshot = _unpack(task_id, number, body) if is_snapshot and body is not None else None
-            rows.append(Row(number, snapshot, patch or None, created_at))
+            rows.append(Row(number, snapshot, patch or None, created_at, checksum))
         return Checkpoint(task_id, version, rebuild(task_id, version, rows), rows[-1].created_at)
 
     def checkpoints(self, task_id: str) -> list[CheckpointInfo]:
+        check_task_id(task_id)
         with self._errors():
             pipe = self._client.pipeline(transaction=True)
             pipe.exists(self._key("task", task_id))
@@ -397,15 +368,16 @@ class RedisStore:
             raise TaskNotFound(task_id)
         return [
             _info(task_id, version, records[field])
-            for version, field in sorted((int(field), field) for field in records)
+            for version, field in sorted((_field_version(task_id, f), f) for f in records)
         ]
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
+        check_task_id(task_id)
         with self._errors():
             head = self._client.hget(self._key("task", task_id), "version")
             if head is None:
                 raise TaskNotFound(task_id)
-            versions = list(range(max(since, 0) + 1, int(head) + 1))
+            versions = list(range(max(since, 0) + 1, _version(task_id, head) + 1))
             # Versions above the head read now are not asked for: the answer is the
             # log as of that head. Events are never deleted, so the second read sees
             # every one of them; a checkpoint pruned meanwhile only drops a patch,
@@ -421,10 +393,10 @@ class RedisStore:
         events = []
         for version, text, record in zip(versions, texts, records, strict=True):
             if text is None:
-                raise StateCorrupted(task_id, version, "the event of this version is missing")
+                continue  # as stored: a missing event shows as a missing version
             stored = _header(task_id, version, record)[3] if record is not None else b""
             patch = _unpack(task_id, version, stored) or None
-            events.append(restore_event(task_id, _unpack(task_id, version, text), patch))
+            events.append(restore_event(task_id, _unpack(task_id, version, text), patch, version))
         return events
 
     def tasks(self) -> list[str]:
@@ -433,6 +405,7 @@ class RedisStore:
         return sorted(cast("bytes", m).decode() for m in members)
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
+        check_task_id(task_id)
         task_key, cp_key = self._key("task", task_id), self._key("cp", task_id)
         watch_error = self._redis.exceptions.WatchError
         with self._errors():
@@ -448,7 +421,10 @@ class RedisStore:
                         if not pipe.exists(task_key):
                             raise TaskNotFound(task_id)
                         records = cast("dict[bytes, bytes]", pipe.hgetall(cp_key))
-                        infos = [_info(task_id, int(f), r) for f, r in records.items()]
+                        infos = [
+                            _info(task_id, _field_version(task_id, f), r)
+                            for f, r in records.items()
+                        ]
                         kept, deleted = plan_prune(
                             task_id, infos, keep_last=keep_last, keep_every=keep_every
                         )
@@ -458,6 +434,7 @@ class RedisStore:
                                 chunk = deleted[start : start + _CHUNK]
                                 pipe.hdel(cp_key, *chunk)
                                 pipe.hdel(self._key("snap", task_id), *chunk)
+                                pipe.hdel(self._key("sum", task_id), *chunk)
                             pipe.execute()
                     except watch_error:
                         continue
@@ -468,23 +445,40 @@ class RedisStore:
         )
 
     def claim(self, task_id: str, worker: str, ttl: float) -> Lease:
-        if not math.isfinite(ttl):
-            raise StoreError(f"lease ttl must be a finite number of seconds, got {ttl}")
-        # PX takes whole milliseconds > 0; a ttl that rounds to nothing expires at once.
-        ttl_ms = max(1, round(ttl * 1000))
+        check_task_id(task_id)
+        # Whole milliseconds; a ttl that rounds to nothing expires at once.
+        ttl_ms = max(1, round(check_ttl(ttl) * 1000))
+        key = self._key("lease", task_id)
         with self._errors():
-            reply = self._claim(keys=[self._key("lease", task_id)], args=[worker, ttl_ms])
-        ok, holder, left_ms, sec, usec = cast("tuple[int, bytes, int, bytes, bytes]", reply)
-        expires_at = datetime.fromtimestamp(
-            int(sec) + int(usec) / 1e6 + max(left_ms, 0) / 1000, timezone.utc
-        )
-        if not ok:
-            raise LeaseHeld(task_id, holder.decode(), expires_at)
-        return Lease(task_id, worker, expires_at)
+            reply = self._claim(keys=[key], args=[worker, ttl_ms, round(LEASE_HORIZON * 1000)])
+        result = cast("list[Any]", reply)
+        if result[0] == 1:
+            return Lease(task_id, worker, _from_ms(result[2]), int(result[1]))
+        if result[0] == 0:
+            raise LeaseHeld(task_id, cast("bytes", result[1]).decode(), _from_ms(result[2]))
+        held_lease(task_id, *self._lease_record(key))  # says what is damaged
+        raise damaged_lease(task_id, "the lease record does not read")  # pragma: no cover
 
     def release(self, task_id: str, worker: str) -> None:
+        check_task_id(task_id)
         with self._errors():
             self._release(keys=[self._key("lease", task_id)], args=[worker])
+
+    def lease(self, task_id: str) -> Lease | None:
+        check_task_id(task_id)
+        worker, expires, generation = self._lease_record(self._key("lease", task_id))
+        if worker is None and generation is None:
+            return None  # never claimed
+        return held_lease(task_id, worker, expires, generation)[0]
+
+    def force_release(self, task_id: str) -> Lease | None:
+        check_task_id(task_id)
+        with self._errors():
+            reply = cast("list[Any]", self._force_release(keys=[self._key("lease", task_id)]))
+        if not reply[0]:
+            return None
+        worker, generation, expires = [*reply[1:], None, None, None][:3]
+        return salvage_lease(task_id, *_lease_fields(worker, expires, generation))
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
         ref = artifact_ref(data)
@@ -521,12 +515,27 @@ class RedisStore:
     def _key(self, kind: str, name: str | None = None) -> str:
         return f"{self.prefix}:{kind}" if name is None else f"{self.prefix}:{kind}:{name}"
 
+    def _lease_record(self, key: str) -> tuple[str | None, Any, Any]:
+        """``(worker, expires in seconds, generation)`` of a lease hash, as read."""
+        with self._errors():
+            worker, generation, expires = self._client.hmget(
+                key, ["worker", "generation", "expires"]
+            )
+        return _lease_fields(worker, expires, generation)
+
     @contextmanager
     def _errors(self) -> Iterator[None]:
-        """Translate redis-py's errors into StoreError, keeping the original as the cause."""
+        """Translate redis-py's errors into StoreError, keeping the original as the cause.
+
+        A connection that cannot be made or kept (refused, timed out, credentials
+        rejected) is ``StoreUnavailable``.
+        """
+        exceptions = self._redis.exceptions
         try:
             yield
-        except self._redis.exceptions.RedisError as exc:
+        except (exceptions.ConnectionError, exceptions.TimeoutError) as exc:
+            raise StoreUnavailable(f"Redis at {self.url} is unavailable: {_one_line(exc)}") from exc
+        except exceptions.RedisError as exc:
             raise StoreError(f"Redis error on {self.url}: {_one_line(exc)}") from exc
 
     def _ping(self, module: ModuleType, client_url: str) -> None:
@@ -541,12 +550,16 @@ class RedisStore:
                 socket_timeout=OPEN_TIMEOUT,
                 retry=retry,
             )
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             raise InvalidStoreURL(f"bad Redis URL {self.url!r}: {_one_line(exc)}") from exc
         try:
             probe.ping()
+        except TypeError as exc:  # an option the connection class does not take
+            raise InvalidStoreURL(f"bad Redis URL {self.url!r}: {_one_line(exc)}") from exc
         except module.exceptions.RedisError as exc:
-            raise StoreError(f"cannot reach Redis at {self.url}: {_one_line(exc)}") from exc
+            # Refused, timed out, bad credentials, no such database number: all mean
+            # this store cannot be used, whatever redis-py calls them.
+            raise StoreUnavailable(f"cannot reach Redis at {self.url}: {_one_line(exc)}") from exc
         finally:
             probe.close()
 
@@ -559,6 +572,7 @@ def _redis() -> ModuleType:
     try:
         import redis
         import redis.backoff
+        import redis.connection
         import redis.exceptions
         import redis.retry
     except ImportError as exc:
@@ -566,50 +580,48 @@ def _redis() -> ModuleType:
     return redis
 
 
-def _parse_url(url: str) -> tuple[str, str, str]:
-    """``(URL for redis-py, key prefix, URL with the password masked)``."""
-    parts = urlsplit(url)
-    masked = _mask(url)
-    if parts.scheme not in {"redis", "rediss"}:
-        raise InvalidStoreURL(f"not a Redis URL: {masked!r} (expected redis:// or rediss://)")
-    if not parts.hostname:
-        raise InvalidStoreURL(f"Redis URL {masked!r} names no host (try redis://localhost:6379/0)")
-    try:
-        parts.port  # noqa: B018 - urlsplit checks the port only when asked for it
-    except ValueError as exc:
-        raise InvalidStoreURL(f"Redis URL {masked!r} has a bad port ({exc})") from exc
-    db = parts.path.strip("/")
-    if db and not db.isdigit():
-        # redis-py would quietly fall back to database 0: say so instead.
-        raise InvalidStoreURL(f"Redis URL {masked!r}: the path must be a database number")
-    prefix = DEFAULT_PREFIX
-    kept: list[str] = []
-    # Split by hand rather than parse and re-encode: redis-py must see its own
-    # parameters exactly as written.
-    for item in parts.query.split("&"):
-        if unquote(item.partition("=")[0]) != "prefix":
-            if item:
-                kept.append(item)
-            continue
-        prefix = parse_qsl(item, keep_blank_values=True)[0][1]
-        if not prefix:
-            raise InvalidStoreURL(f"Redis URL {masked!r} has an empty prefix")
-    client_url = urlunsplit(parts._replace(query="&".join(kept)))
-    return client_url, prefix, masked
-
-
-def _mask(url: str) -> str:
-    """The URL with any password replaced by ``***`` (user names stay: they help debugging)."""
-    parts = urlsplit(url)
-    userinfo, at, host = parts.netloc.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    user = userinfo.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _number(value: Any) -> Any:
+    """An integer stored as text, as an int; anything else as it is (for the error)."""
+    if isinstance(value, bytes):
+        try:
+            return int(value.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            return value
+    return value
+
+
+def _version(task_id: str, value: Any) -> int:
+    number = _number(value)
+    if not isinstance(number, int):
+        raise StateCorrupted(
+            task_id, None, f"the task record's version {value!r} is not a number", field="version"
+        )
+    return number
+
+
+def _field_version(task_id: str, field: bytes) -> int:
+    number = _number(field)
+    if not isinstance(number, int):
+        raise StateCorrupted(task_id, None, f"checkpoint field {field!r} is not a version")
+    return number
+
+
+def _lease_fields(worker: Any, expires: Any, generation: Any) -> tuple[str | None, Any, Any]:
+    """A lease hash's fields as :func:`~skillstate.store.chain.read_lease` takes them."""
+    name: str | None = None
+    if worker is not None:
+        name = worker.decode(errors="surrogateescape") if isinstance(worker, bytes) else worker
+    stamp = _number(expires)
+    seconds = stamp / 1000 if isinstance(stamp, int) else stamp
+    return name, seconds, _number(generation)
+
+
+def _from_ms(value: Any) -> datetime:
+    return datetime.fromtimestamp(int(value) / 1000, timezone.utc)
 
 
 def _time(task_id: str, version: int | None, text: bytes | str) -> datetime:

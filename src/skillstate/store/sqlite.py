@@ -12,6 +12,14 @@ would otherwise run inside whichever commit crosses the auto-checkpoint
 threshold and stall it for milliseconds. Auto-checkpointing is off; a background
 thread with its own connection checkpoints passively once the log has grown,
 so commits only ever append to the log.
+
+A database this store creates is private to its owner (``0600``, whatever the
+umask; SQLite gives its ``-wal`` and ``-shm`` files the database's mode), and so
+are the directories it creates for it (``0700``): states may hold personal data.
+
+Schema 3 adds checksums (``tasks.digest`` for the head, ``versions.digest`` per
+version) and lease fencing: ``leases.generation``, with ``worker`` NULL once the
+lease is released (the row, and so the generation, stays).
 """
 
 from __future__ import annotations
@@ -25,29 +33,42 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 from skillstate.errors import (
     ArtifactNotFound,
     InvalidStoreURL,
-    LeaseHeld,
     StaleState,
+    StateCorrupted,
     StoreError,
     TaskNotFound,
 )
 from skillstate.events import Event, utcnow
-from skillstate.store.base import Checkpoint, CheckpointInfo, Lease, PruneResult, artifact_ref
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    Lease,
+    PruneResult,
+    artifact_ref,
+    check_task_id,
+)
 from skillstate.store.chain import (
     COMPRESS_FROM,
     DEFAULT_MAX_CHAIN,
     Row,
+    check_fence,
+    check_ttl,
+    claim_generation,
     compress,
     decompress,
     encode_commit,
-    lease_expired,
-    load_document,
+    held_lease,
     plan_prune,
+    read_head,
     rebuild,
+    repaired_generation,
     restore_event,
+    salvage_lease,
     take_snapshot,
 )
 
@@ -122,6 +143,28 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        # Checksums: the head's, and each version's (the state it is, whether stored
+        # as a snapshot or a delta); NULL for versions written before. Fencing: a
+        # lease row keeps its generation after a release, which sets worker to NULL
+        # (so the table is rebuilt: worker was NOT NULL). Leases held when this runs
+        # keep their holder, with generation 0.
+        3,
+        """
+        ALTER TABLE tasks ADD COLUMN digest TEXT;
+        ALTER TABLE versions ADD COLUMN digest TEXT;
+        CREATE TABLE leases_v3 (
+            task_id    TEXT PRIMARY KEY,
+            worker     TEXT,
+            expires_at REAL NOT NULL,
+            generation INTEGER NOT NULL DEFAULT 0
+        );
+        INSERT INTO leases_v3 (task_id, worker, expires_at) SELECT task_id, worker, expires_at
+            FROM leases;
+        DROP TABLE leases;
+        ALTER TABLE leases_v3 RENAME TO leases;
+        """,
+    ),
 )
 
 _WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
@@ -146,7 +189,7 @@ class SQLiteStore:
             raise InvalidStoreURL(f"synchronous must be normal or full, got {synchronous!r}")
         try:
             if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                _create_private(Path(self.path))
             self._conn = _connect(self.path, synchronous.upper())
         except (OSError, sqlite3.Error) as exc:
             # A path that cannot hold a database is bad input, not a backend fault.
@@ -165,7 +208,10 @@ class SQLiteStore:
         path = rest[1:] if rest.startswith("/") else rest
         if not path:
             raise InvalidStoreURL(f"{url!r} names no database file (try sqlite:///state.db)")
-        options = dict(part.partition("=")[::2] for part in query.split("&") if part)
+        try:
+            options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+        except ValueError as exc:
+            raise InvalidStoreURL(f"malformed SQLite URL {url!r}: {exc}") from exc
         unknown = set(options) - {"synchronous"}
         if unknown:
             raise InvalidStoreURL(f"unknown SQLite URL option(s): {', '.join(sorted(unknown))}")
@@ -195,24 +241,40 @@ class SQLiteStore:
 
     # ------------------------------------------------------------------ protocol
 
-    def load(self, task_id: str) -> Checkpoint:
-        row = self._one("SELECT version, head, updated_at FROM tasks WHERE task_id = ?", (task_id,))
+    def load(self, task_id: str, *, verify: bool = True) -> Checkpoint:
+        check_task_id(task_id)
+        row = self._one(
+            "SELECT version, head, updated_at, digest FROM tasks WHERE task_id = ?", (task_id,)
+        )
         if row is None:
             raise TaskNotFound(task_id)
-        version, head, updated_at = row
-        state = load_document(task_id, version, head)
-        return Checkpoint(task_id, version, state, datetime.fromisoformat(updated_at))
+        version, head, updated_at, checksum = row
+        if not isinstance(version, int) or isinstance(head, bytes | None):
+            raise StateCorrupted(task_id, None, "the task row has no valid version and head")
+        state = read_head(task_id, version, head, checksum, verify=verify)
+        return Checkpoint(task_id, version, state, _time(task_id, version, updated_at))
 
     def commit(
-        self, task_id: str, expected_version: int, state: Mapping[str, Any], event: Event
+        self,
+        task_id: str,
+        expected_version: int,
+        state: Mapping[str, Any],
+        event: Event,
+        *,
+        fence: int | None = None,
     ) -> int:
-        enc = encode_commit(task_id, expected_version, state, event)
+        enc = encode_commit(task_id, expected_version, state, event, fence=fence)
         now = utcnow().isoformat()
         # take_snapshot with an empty chain says whether the snapshot is forced; the
         # rest of its rule needs the chain counters, so it runs in the UPDATE itself
         # (SET expressions see the row before the update), keeping the version check,
         # the decision and the write one statement.
         with self._tx() as cur:
+            if enc.fence is not None:
+                lease = cur.execute(
+                    "SELECT worker, generation FROM leases WHERE task_id = ?", (task_id,)
+                ).fetchone()
+                check_fence(task_id, enc.fence, *(lease or (None, 0)))
             row = cur.execute(
                 "SELECT version, chain_len, chain_bytes FROM tasks WHERE task_id = ?", (task_id,)
             ).fetchone()
@@ -225,15 +287,18 @@ class SQLiteStore:
             else:
                 chain_len, chain_bytes = chain_len + 1, chain_bytes + len(enc.patch or "")
             cur.execute(
-                "INSERT INTO tasks (task_id, version, updated_at, head, chain_len, chain_bytes) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
+                "INSERT INTO tasks "
+                "(task_id, version, updated_at, head, chain_len, chain_bytes, digest) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
                 "version = excluded.version, updated_at = excluded.updated_at, "
                 "head = excluded.head, chain_len = excluded.chain_len, "
-                "chain_bytes = excluded.chain_bytes",
-                (task_id, enc.version, now, enc.state, chain_len, chain_bytes),
+                "chain_bytes = excluded.chain_bytes, digest = excluded.digest",
+                (task_id, enc.version, now, enc.state, chain_len, chain_bytes, enc.digest),
             )
             cur.execute(
-                "INSERT INTO versions VALUES (?, ?, 1, ?, ?, ?, ?)",
+                "INSERT INTO versions "
+                "(task_id, version, kept, snapshot, patch, event, created_at, digest) "
+                "VALUES (?, ?, 1, ?, ?, ?, ?, ?)",
                 (
                     task_id,
                     enc.version,
@@ -241,23 +306,26 @@ class SQLiteStore:
                     _pack(enc.patch),
                     _pack(enc.event),
                     now,
+                    enc.version_digest,
                 ),
             )
         return enc.version
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
-        head = self.load(task_id)
+        # The head's version only: a damaged head must not hide the versions before it.
+        head = self.load(task_id, verify=False)
         if version == head.version:
-            return head
+            return self.load(task_id)
         rows = [
             Row(
                 v,
                 _unpack(task_id, v, snapshot),
                 _unpack(task_id, v, patch),
-                datetime.fromisoformat(created),
+                _time(task_id, v, created),
+                checksum,
             )
-            for v, snapshot, patch, created in self._all(
-                "SELECT version, snapshot, patch, created_at FROM versions "
+            for v, snapshot, patch, created, checksum in self._all(
+                "SELECT version, snapshot, patch, created_at, digest FROM versions "
                 "WHERE task_id = ? AND kept AND version <= ? AND version >= (SELECT MAX(version) "
                 "FROM versions WHERE task_id = ? AND kept AND version <= ? "
                 "AND snapshot IS NOT NULL) ORDER BY version",
@@ -275,6 +343,7 @@ class SQLiteStore:
         return Checkpoint(task_id, version, rebuild(task_id, version, rows), rows[-1].created_at)
 
     def checkpoints(self, task_id: str) -> list[CheckpointInfo]:
+        check_task_id(task_id)
         rows = self._all(
             "SELECT version, snapshot IS NOT NULL, "
             "length(CAST(coalesce(snapshot, patch, '') AS BLOB)), created_at "
@@ -282,22 +351,23 @@ class SQLiteStore:
             (task_id,),
         )
         if not rows:
-            self.load(task_id)  # TaskNotFound for an unknown task
+            self.load(task_id, verify=False)  # TaskNotFound for an unknown task
         return [
-            CheckpointInfo(task_id, v, datetime.fromisoformat(created), bool(snap), size)
+            CheckpointInfo(task_id, v, _time(task_id, v, created), bool(snap), size)
             for v, snap, size, created in rows
         ]
 
     def events(self, task_id: str, *, since: int = 0) -> list[Event]:
+        check_task_id(task_id)
         rows = self._all(
             "SELECT version, event, patch FROM versions "
             "WHERE task_id = ? AND version > ? ORDER BY version",
             (task_id, since),
         )
         if not rows:
-            self.load(task_id)
+            self.load(task_id, verify=False)
         return [
-            restore_event(task_id, _unpack(task_id, v, text) or "", _unpack(task_id, v, patch))
+            restore_event(task_id, _unpack(task_id, v, text) or "", _unpack(task_id, v, patch), v)
             for v, text, patch in rows
         ]
 
@@ -305,6 +375,7 @@ class SQLiteStore:
         return [row[0] for row in self._all("SELECT task_id FROM tasks ORDER BY task_id", ())]
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
+        check_task_id(task_id)
         with self._tx() as cur:
             rows = cur.execute(
                 "SELECT version, snapshot IS NOT NULL, created_at FROM versions "
@@ -314,8 +385,7 @@ class SQLiteStore:
             if not rows:
                 raise TaskNotFound(task_id)
             infos = [
-                CheckpointInfo(task_id, v, datetime.fromisoformat(c), bool(s), 0)
-                for v, s, c in rows
+                CheckpointInfo(task_id, v, _time(task_id, v, c), bool(s), 0) for v, s, c in rows
             ]
             kept, deleted = plan_prune(task_id, infos, keep_last=keep_last, keep_every=keep_every)
             cur.executemany(
@@ -326,23 +396,47 @@ class SQLiteStore:
         return PruneResult(task_id, kept, deleted)
 
     def claim(self, task_id: str, worker: str, ttl: float) -> Lease:
-        now = time.time()
+        check_task_id(task_id)
+        seconds = check_ttl(ttl)
         with self._tx() as cur:
-            row = cur.execute(
-                "SELECT worker, expires_at FROM leases WHERE task_id = ?", (task_id,)
-            ).fetchone()
-            current = Lease(task_id, row[0], _utc(row[1])) if row else None
-            if not lease_expired(current, worker, _utc(now)):
-                assert current is not None
-                raise LeaseHeld(task_id, current.worker, current.expires_at)
+            now = time.time()
+            current, last = self._held(task_id, cur, now)
+            generation = claim_generation(task_id, current, last, worker, _utc(now))
             cur.execute(
-                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?)", (task_id, worker, now + ttl)
+                "INSERT OR REPLACE INTO leases (task_id, worker, expires_at, generation) "
+                "VALUES (?, ?, ?, ?)",
+                (task_id, worker, now + seconds, generation),
             )
-        return Lease(task_id, worker, _utc(now + ttl))
+        return Lease(task_id, worker, _utc(now + seconds), generation)
 
     def release(self, task_id: str, worker: str) -> None:
+        check_task_id(task_id)
         with self._tx() as cur:
-            cur.execute("DELETE FROM leases WHERE task_id = ? AND worker = ?", (task_id, worker))
+            cur.execute(
+                "UPDATE leases SET worker = NULL WHERE task_id = ? AND worker = ?",
+                (task_id, worker),
+            )
+
+    def lease(self, task_id: str) -> Lease | None:
+        check_task_id(task_id)
+        row = self._one(
+            "SELECT worker, expires_at, generation FROM leases WHERE task_id = ?", (task_id,)
+        )
+        return held_lease(task_id, *row)[0] if row else None
+
+    def force_release(self, task_id: str) -> Lease | None:
+        check_task_id(task_id)
+        with self._tx() as cur:
+            row = cur.execute(
+                "SELECT worker, expires_at, generation FROM leases WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            if row is None or row[0] is None:
+                return None
+            cur.execute(
+                "UPDATE leases SET worker = NULL, generation = ? WHERE task_id = ?",
+                (repaired_generation(row[2]), task_id),
+            )
+        return salvage_lease(task_id, *row)
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
         ref = artifact_ref(data)
@@ -387,6 +481,15 @@ class SQLiteStore:
             finally:
                 cur.close()
 
+    @staticmethod
+    def _held(task_id: str, cur: sqlite3.Cursor, now: float) -> tuple[Lease | None, int]:
+        row = cur.execute(
+            "SELECT worker, expires_at, generation FROM leases WHERE task_id = ?", (task_id,)
+        ).fetchone()
+        if row is None:
+            return None, 0
+        return held_lease(task_id, *row, now=now)
+
     def _one(self, sql: str, args: tuple[Any, ...]) -> Any:
         rows = self._all(sql, args)
         return rows[0] if rows else None
@@ -397,6 +500,35 @@ class SQLiteStore:
                 return self._conn.execute(sql, args).fetchall()
             except sqlite3.Error as exc:
                 raise StoreError(f"SQLite error on {self.path!r}: {exc}") from exc
+
+
+_PRIVATE_FILE = 0o600
+_PRIVATE_DIR = 0o700
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file (and missing parent directories) owner-only.
+
+    Only what this creates is changed: an existing database or directory keeps its
+    mode. The file is created empty (SQLite takes an empty file as a new database),
+    so SQLite never creates it with the umask's mode; its ``-wal`` and ``-shm`` files
+    take the database's mode.
+    """
+    missing = [parent for parent in (path.parent, *path.parent.parents) if not parent.exists()]
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=_PRIVATE_DIR)
+        except FileExistsError:
+            continue
+        os.chmod(directory, _PRIVATE_DIR)  # the umask may have taken bits off
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, _PRIVATE_FILE)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, _PRIVATE_FILE)
+    finally:
+        os.close(fd)
 
 
 def _connect(path: str, synchronous: str) -> sqlite3.Connection:
@@ -427,6 +559,14 @@ def _unpack(task_id: str, version: int, value: str | bytes | None) -> str | None
 
 def _utc(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, timezone.utc)
+
+
+def _time(task_id: str, version: int | None, value: Any) -> datetime:
+    """A stored ISO 8601 timestamp; one that does not read is ``StateCorrupted``."""
+    try:
+        return datetime.fromisoformat(value)
+    except (TypeError, ValueError) as exc:
+        raise StateCorrupted(task_id, version, f"bad timestamp {value!r}") from exc
 
 
 class _WalCheckpointer:
