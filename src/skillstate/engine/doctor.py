@@ -93,6 +93,12 @@ def diagnose(store: Store, task_id: str, agent: Agent | None) -> DoctorReport:
         previous = (info.version, document)
     if agent is not None and report.head is not None:
         report.findings += _card_findings(store, task_id, agent, report.head)
+    try:
+        store.lease(task_id)
+    except StateCorrupted as exc:
+        report.findings.append(
+            Finding(None, f"lease: {exc.reason} (skillstate unlock {task_id} --force clears it)")
+        )
     return report
 
 

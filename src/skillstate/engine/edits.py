@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from skillstate._validation import first_error
 from skillstate.engine.agent import Agent
+from skillstate.engine.lease import human_lease
 from skillstate.errors import (
     InvariantBroken,
     StaleState,
@@ -74,8 +75,14 @@ RUNTIME_OWNED = (
 )
 
 
-def set_fields(
-    store: Store, agent: Agent, task_id: str, writes: Mapping[str, Any], *, force: bool = False
+def _set_fields(
+    store: Store,
+    agent: Agent,
+    task_id: str,
+    writes: Mapping[str, Any],
+    *,
+    force: bool,
+    fence: int | None,
 ) -> AgentState:
     """Apply dotted-path ``writes`` (``facts.total=3``, ``priority=P1``) as one human commit."""
     if not writes:
@@ -96,10 +103,10 @@ def set_fields(
     action: dict[str, Any] = {"kind": "set", "writes": shown}
     if force:
         action["force"] = True
-    return _human_commit(store, head, after, action)
+    return _human_commit(store, head, after, action, fence)
 
 
-def set_agent_reference(store: Store, task_id: str, ref: object) -> int:
+def _set_agent_reference(store: Store, task_id: str, ref: object, fence: int | None) -> int:
     """Point a task at another agent without importing the one it names (a repair).
 
     The stored reference may name code nobody should run (``os:abort``); this is
@@ -117,17 +124,18 @@ def set_agent_reference(store: Store, task_id: str, ref: object) -> int:
         action={"kind": "set", "writes": {"agent": ref}},
         patch=make_patch(head.state, document),
     )
-    return store.commit(task_id, head.version, document, event)
+    return store.commit(task_id, head.version, document, event, fence=fence)
 
 
-def replace_state(
+def _replace_state(
     store: Store,
     agent: Agent,
     task_id: str,
     expected_version: int,
     document: Mapping[str, Any],
     *,
-    force: bool = False,
+    force: bool,
+    fence: int | None,
 ) -> AgentState | None:
     """Commit an edited copy of the state read at ``expected_version``; None if unchanged.
 
@@ -158,7 +166,7 @@ def replace_state(
     action: dict[str, Any] = {"kind": "edit", "fields": sorted(changed)}
     if force:
         action["force"] = True
-    return _human_commit(store, head, after, action)
+    return _human_commit(store, head, after, action, fence)
 
 
 def edit_in_editor(
@@ -360,6 +368,14 @@ def _safe_name(task_id: str) -> str:
 def record_unlock(
     store: Store, task_id: str, worker: str, generation: int, *, force: bool
 ) -> int | None:
+    """Log a cleared lease as a human event (under a lease of its own: see set_fields)."""
+    with human_lease(store, task_id) as fence:
+        return _record_unlock(store, task_id, worker, generation, force=force, fence=fence)
+
+
+def _record_unlock(
+    store: Store, task_id: str, worker: str, generation: int, *, force: bool, fence: int | None
+) -> int | None:
     """Log a cleared lease as a human event (the card is unchanged but for its version).
 
     Returns the new version; ``None`` when the head cannot be read cleanly (the lease
@@ -380,7 +396,7 @@ def record_unlock(
         action=action,
         patch=make_patch(head.state, document),
     )
-    return store.commit(task_id, head.version, document, event)
+    return store.commit(task_id, head.version, document, event, fence=fence)
 
 
 def head_for_repair(store: Store, task_id: str, *, force: bool) -> Checkpoint:
@@ -405,7 +421,7 @@ def head_for_repair(store: Store, task_id: str, *, force: bool) -> Checkpoint:
 
 
 def _human_commit(
-    store: Store, head: Checkpoint, after: AgentState, action: dict[str, Any]
+    store: Store, head: Checkpoint, after: AgentState, action: dict[str, Any], fence: int | None
 ) -> AgentState:
     version = head.version  # the row's version: the damaged document's may disagree
     final = after.replace(version=version + 1)
@@ -417,5 +433,48 @@ def _human_commit(
         action=action,
         patch=make_patch(head.state, document),
     )
-    store.commit(final.task_id, version, document, event)
+    store.commit(final.task_id, version, document, event, fence=fence)
     return final
+
+
+# ---------------------------------------------------------------- leased entry points
+# A person's change holds the task's lease for its read, its checks and its commit
+# (engine.lease.human_lease), and the commit carries the lease's fencing token.
+
+
+def set_fields(
+    store: Store, agent: Agent, task_id: str, writes: Mapping[str, Any], *, force: bool = False
+) -> AgentState:
+    """Apply dotted-path ``writes`` (``facts.total=3``, ``priority=P1``) as one human commit."""
+    with human_lease(store, task_id) as fence:
+        return _set_fields(store, agent, task_id, writes, force=force, fence=fence)
+
+
+def set_agent_reference(store: Store, task_id: str, ref: object) -> int:
+    """Point a task at another agent without importing the one it names (a repair).
+
+    The stored reference may name code nobody should run (``os:abort``); this is
+    how a person takes it back without the agent, or any other, being imported.
+    Returns the new version.
+    """
+    with human_lease(store, task_id) as fence:
+        return _set_agent_reference(store, task_id, ref, fence)
+
+
+def replace_state(
+    store: Store,
+    agent: Agent,
+    task_id: str,
+    expected_version: int,
+    document: Mapping[str, Any],
+    *,
+    force: bool = False,
+) -> AgentState | None:
+    """Commit an edited copy of the state read at ``expected_version``; None if unchanged.
+
+    Sensitive fields left as ``***`` (how ``edit`` shows them) keep their value.
+    """
+    with human_lease(store, task_id) as fence:
+        return _replace_state(
+            store, agent, task_id, expected_version, document, force=force, fence=fence
+        )

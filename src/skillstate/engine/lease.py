@@ -26,11 +26,13 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from skillstate.errors import Conflict, LeaseHeld, LeaseLost, StoreError
 from skillstate.store.base import Lease, Store
 
-__all__ = ["Holder", "default_worker", "is_dead_local_worker"]
+__all__ = ["Holder", "default_worker", "human_lease", "is_dead_local_worker"]
 
 
 def default_worker() -> str:
@@ -39,8 +41,9 @@ def default_worker() -> str:
 
 
 def is_dead_local_worker(worker: str) -> bool:
-    """Whether ``worker`` names a process of this host that has exited."""
-    host, sep, pid_text = worker.rpartition(":")
+    """Whether ``worker`` (``host:pid``, or ``role@host:pid``) is a process of this host
+    that has exited."""
+    host, sep, pid_text = worker.rpartition("@")[2].rpartition(":")
     if not sep or host != socket.gethostname() or not pid_text.isdigit():
         return False
     pid = int(pid_text)
@@ -147,3 +150,19 @@ class Holder:
                 return  # lost: recorded in self.lost; the next commit is fenced anyway
             except StoreError:
                 continue  # the store hiccupped: try again next beat, before the TTL runs out
+
+
+@contextmanager
+def human_lease(store: Store, task_id: str) -> Iterator[int | None]:
+    """Hold ``task_id`` for a person's change (``set``, ``edit``, ``rollback``, ``fork``).
+
+    A person's change goes through the same gate as a step: it waits for no one, but
+    is refused (:class:`LeaseHeld`, exit 3) while a live worker (or a ``rekey``) holds
+    the task, and its commit carries the lease's fencing token. Yields the token.
+    """
+    holder = Holder(store, task_id, f"human@{default_worker()}", ttl=60, heartbeat=False)
+    holder.acquire()
+    try:
+        yield holder.fence
+    finally:
+        holder.release()

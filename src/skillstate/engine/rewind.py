@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from skillstate.engine.agent import Agent
 from skillstate.engine.effects import EffectRecord, crossed_effects, describe
+from skillstate.engine.lease import human_lease
 from skillstate.errors import EffectsCrossed, TaskNotFound, UsageError
 from skillstate.events import Event
 from skillstate.state.diff import make_patch
@@ -48,8 +49,22 @@ def rollback_task(
     With ``effects="compensate"`` the crossed effects are queued in the new head;
     run them with ``Runtime(agent, store).compensate(task_id)`` (or any ``run``,
     which settles them first). Compensating needs ``agent`` to check that every
-    crossed effect's skill has a rollback hook.
+    crossed effect's skill has a rollback hook. Holds the task's lease throughout.
     """
+    with human_lease(store, task_id) as fence:
+        return _rollback(store, task_id, to_version, effects=effects, agent=agent, fence=fence)
+
+
+def _rollback(
+    store: Store,
+    task_id: str,
+    to_version: int,
+    *,
+    effects: EffectChoice,
+    agent: Agent | None,
+    fence: int | None,
+) -> int:
+    """The rollback itself (the caller holds the lease)."""
     head = store.load(task_id)
     if not 1 <= to_version < head.version:
         raise UsageError(
@@ -90,7 +105,7 @@ def rollback_task(
         action=action,
         patch=make_patch(head.state, document),
     )
-    return store.commit(task_id, head.version, document, event)
+    return store.commit(task_id, head.version, document, event, fence=fence)
 
 
 def fork_task(
@@ -145,7 +160,8 @@ def fork_task(
         action["effects"] = effects
         action["crossed"] = [r.key for r in crossed]
     event = Event(task_id=new_id, version=1, actor="human", action=action)
-    store.commit(new_id, 0, document, event)
+    with human_lease(store, new_id) as fence:
+        store.commit(new_id, 0, document, event, fence=fence)
     return forked
 
 

@@ -23,6 +23,9 @@ The hard rules every backend keeps:
   verify them, so a record changed outside skillstate is
   :class:`~skillstate.errors.StateCorrupted`, never silently loaded. Records
   written before checksums existed load unverified.
+* :meth:`Store.rewrite` changes stored bodies in place (re-sealing after a key
+  rotation): atomically per task, checksums recomputed, never the versions, the
+  layout or the event order (:mod:`skillstate.store.rewriting`).
 * A task id is a non-empty string without NUL that encodes as UTF-8
   (:func:`check_task_id`); every method refuses any other before touching the
   backend.
@@ -31,7 +34,7 @@ The hard rules every backend keeps:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -231,6 +234,46 @@ class Store(Protocol):
 
     def get_artifact(self, ref: str) -> bytes:
         """Bytes stored under ``ref``. Raises :class:`~skillstate.errors.ArtifactNotFound`."""
+        ...
+
+    def rewrite(self, task_id: str, expected_version: int, fn: Callable[[Any], Any]) -> int:
+        """Apply ``fn`` to every JSON body the task has stored and write back what changed.
+
+        The bodies are the head, every kept snapshot, every kept delta patch (and the
+        event patch a snapshot version keeps) and every event (its JSON, without the
+        patch). ``fn`` gets each one freshly parsed and returns it unchanged or a
+        replacement; it must not mutate its argument, and it changes string leaves
+        only, never structure (:mod:`skillstate.store.rewriting`). The checksums the
+        store keeps are recomputed; versions, event order, which versions are
+        snapshots or deltas, timestamps and leases stay as they are. Returns how many
+        bodies changed (0 writes nothing).
+
+        Atomic per task: after a crash at any instant the task is all-old or all-new.
+        Raises :class:`~skillstate.errors.StaleState` and writes nothing when the head
+        is no longer ``expected_version``; ``StateCorrupted`` (nothing written) when
+        what is stored does not check out as a load would; whatever ``fn`` raises
+        propagates, with nothing written.
+
+        The version does not move, so a writer that read the head before the rewrite
+        and commits after it is not refused by the version check: callers that
+        rewrite a task a worker may be running hold its lease (as
+        :func:`skillstate.engine.rekey.rekey_task` does), which fences such commits.
+        """
+        ...
+
+    def artifact_refs(self) -> list[str]:
+        """The refs of every stored artifact, sorted."""
+        ...
+
+    def replace_artifact(self, ref: str, data: bytes) -> None:
+        """Store ``data`` under the existing ``ref``, replacing its bytes (atomically).
+
+        The ref stays the artifact's name, so events and evidence that point at it
+        stay valid; it is no longer the hash of the bytes: a re-sealed artifact's ref
+        is the hash of its first sealing. (A later :meth:`put_artifact` of the first
+        bytes keeps the replaced ones: refs are written once.) Raises
+        :class:`~skillstate.errors.ArtifactNotFound` when nothing is stored under ``ref``.
+        """
         ...
 
     def close(self) -> None:

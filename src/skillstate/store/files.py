@@ -82,7 +82,7 @@ import re
 import string
 import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -100,7 +100,7 @@ from skillstate.errors import (
     UsageError,
 )
 from skillstate.events import Event, utcnow
-from skillstate.store import fileio
+from skillstate.store import fileio, files_rewrite
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
@@ -432,6 +432,16 @@ class FilesStore:
             raise ArtifactNotFound(f"no artifact {ref!r}") from None
         except OSError as exc:
             raise fileio.os_error("read", path, exc) from exc
+
+    def rewrite(self, task_id: str, expected_version: int, fn: Callable[[Any], Any]) -> int:
+        """A copy of the task's folder swapped in atomically (:mod:`.files_rewrite`)."""
+        return files_rewrite.rewrite(self, task_id, expected_version, fn)
+
+    def artifact_refs(self) -> list[str]:
+        return files_rewrite.artifact_refs(self)
+
+    def replace_artifact(self, ref: str, data: bytes) -> None:
+        files_rewrite.replace_artifact(self, ref, data)
 
     def close(self) -> None:
         """Nothing to release: no file stays open between operations."""

@@ -9,9 +9,10 @@ URL: ``memory://``; it takes no options.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -49,6 +50,7 @@ from skillstate.store.chain import (
     salvage_lease,
     take_snapshot,
 )
+from skillstate.store.rewriting import Body, plan_rewrite
 
 __all__ = ["MemoryStore"]
 
@@ -224,6 +226,43 @@ class MemoryStore:
                 return self._artifacts[ref]
             except KeyError:
                 raise ArtifactNotFound(f"no artifact {ref!r}") from None
+
+    def rewrite(self, task_id: str, expected_version: int, fn: Callable[[Any], Any]) -> int:
+        """Atomic under the store's lock: the plan is made, then assigned in one go."""
+        check_task_id(task_id)
+        with self._lock:
+            task = self._task(task_id)
+            if task.version != expected_version:
+                raise StaleState(task_id, expected_version, task.version)
+            bodies = [Body(v, r.snapshot, r.patch, r.digest) for v, r in task.rows.items()]
+            plan = plan_rewrite(
+                task_id,
+                fn,
+                version=task.version,
+                head=task.head,
+                head_digest=task.digest,
+                rows=bodies,
+                events=dict(task.events),
+            )
+            if plan.head is not None:
+                task.head, task.digest = plan.head, plan.head_digest
+            for version, body in plan.rows.items():
+                task.rows[version] = dataclasses.replace(
+                    task.rows[version], snapshot=body.snapshot, patch=body.patch, digest=body.digest
+                )
+            if plan.events:
+                task.events = [(v, plan.events.get(v, text)) for v, text in task.events]
+        return plan.changed
+
+    def artifact_refs(self) -> list[str]:
+        with self._lock:
+            return sorted(self._artifacts)
+
+    def replace_artifact(self, ref: str, data: bytes) -> None:
+        with self._lock:
+            if ref not in self._artifacts:
+                raise ArtifactNotFound(f"no artifact {ref!r}")
+            self._artifacts[ref] = bytes(data)
 
     def close(self) -> None:
         pass

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -104,6 +104,7 @@ from skillstate.store.chain import (
     take_snapshot,
 )
 from skillstate.store.postgres_sql import MIGRATIONS, Queries
+from skillstate.store.rewriting import Body, plan_rewrite
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -531,6 +532,72 @@ class PostgresStore:
         if row is None:
             raise ArtifactNotFound(f"no artifact {ref!r}")
         return bytes(row[0])
+
+    def rewrite(self, task_id: str, expected_version: int, fn: Callable[[Any], Any]) -> int:
+        """One transaction, with the task's row locked ``FOR UPDATE`` from the first read."""
+        check_task_id(task_id)
+        sql = self._sql
+        with self._connection() as conn, conn.transaction():
+            row = conn.execute(sql.rewrite_head, (task_id,), binary=True).fetchone()
+            if row is None:
+                raise TaskNotFound(task_id)
+            version, head, head_z, checksum = row
+            if version != expected_version:
+                raise StaleState(task_id, expected_version, version)
+            text = head if head_z is None else _inflate(task_id, version, head_z)
+            bodies = [
+                Body(v, _unpack(task_id, v, s, s_z), _unpack(task_id, v, p, p_z), digest)
+                for v, s, s_z, p, p_z, digest in conn.execute(
+                    sql.rewrite_rows, (task_id,), binary=True
+                )
+            ]
+            events = {
+                v: _unpack(task_id, v, e, e_z) or ""
+                for v, e, e_z in conn.execute(sql.rewrite_events, (task_id,), binary=True)
+            }
+            plan = plan_rewrite(
+                task_id,
+                fn,
+                version=version,
+                head=text,
+                head_digest=checksum,
+                rows=bodies,
+                events=events,
+            )
+            if plan.head is not None:
+                large = len(plan.head) >= _COMPRESS_HEAD_FROM
+                conn.execute(
+                    sql.rewrite_set_head,
+                    (
+                        None if large else plan.head,
+                        _deflate(plan.head) if large else None,
+                        plan.head_digest,
+                        task_id,
+                    ),
+                )
+            with conn.cursor() as cur:
+                cur.executemany(
+                    sql.rewrite_set_row,
+                    [
+                        (*_pack(b.snapshot), *_pack(b.patch), b.digest, task_id, b.version)
+                        for b in plan.rows.values()
+                    ],
+                )
+                cur.executemany(
+                    sql.rewrite_set_event,
+                    [(*_pack(text), task_id, v) for v, text in plan.events.items()],
+                )
+        return plan.changed
+
+    def artifact_refs(self) -> list[str]:
+        with self._connection() as conn:
+            return [row[0] for row in conn.execute(self._sql.artifact_refs)]
+
+    def replace_artifact(self, ref: str, data: bytes) -> None:
+        with self._connection() as conn:
+            updated = conn.execute(self._sql.replace_artifact, (bytes(data), ref)).rowcount
+        if not updated:
+            raise ArtifactNotFound(f"no artifact {ref!r}")
 
     def close(self) -> None:
         with self._lock:

@@ -272,6 +272,31 @@ class Queries:
             RETURNING dropped.worker, dropped.expires, dropped.generation
         """
 
+        # Store.rewrite: the head row locked first (a commit or prune of the task waits
+        # for the rewrite's transaction), then every body of the task.
+        self.rewrite_head = (
+            f"SELECT version, head, head_z, digest FROM {tasks} WHERE task_id = %s FOR UPDATE"
+        )
+        self.rewrite_rows = (
+            f"SELECT version, snapshot, snapshot_z, patch, patch_z, digest FROM {checkpoints} "
+            "WHERE task_id = %s ORDER BY version"
+        )
+        self.rewrite_events = (
+            f"SELECT version, event, event_z FROM {events} WHERE task_id = %s ORDER BY version"
+        )
+        self.rewrite_set_head = (
+            f"UPDATE {tasks} SET head = %s, head_z = %s, digest = %s WHERE task_id = %s"
+        )
+        self.rewrite_set_row = (
+            f"UPDATE {checkpoints} SET snapshot = %s, snapshot_z = %s, patch = %s, "
+            "patch_z = %s, digest = %s WHERE task_id = %s AND version = %s"
+        )
+        self.rewrite_set_event = (
+            f"UPDATE {events} SET event = %s, event_z = %s WHERE task_id = %s AND version = %s"
+        )
+        self.artifact_refs = f'SELECT ref FROM {artifacts} ORDER BY ref COLLATE "C"'
+        self.replace_artifact = f"UPDATE {artifacts} SET data = %s WHERE ref = %s"
+
         self.put_artifact = (
             f"INSERT INTO {artifacts} (ref, media_type, data) VALUES (%s, %s, %s) "
             "ON CONFLICT (ref) DO NOTHING"

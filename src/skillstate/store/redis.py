@@ -80,7 +80,7 @@ from skillstate.errors import (
     TaskNotFound,
 )
 from skillstate.events import Event, utcnow
-from skillstate.store import redis_lua
+from skillstate.store import redis_lua, redis_rewrite
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
@@ -499,6 +499,16 @@ class RedisStore:
         if data is None:
             raise ArtifactNotFound(f"no artifact {ref!r}")
         return cast("bytes", data)
+
+    def rewrite(self, task_id: str, expected_version: int, fn: Callable[[Any], Any]) -> int:
+        """WATCH, read, plan, write in one MULTI/EXEC (:mod:`.redis_rewrite`)."""
+        return redis_rewrite.rewrite(self, task_id, expected_version, fn)
+
+    def artifact_refs(self) -> list[str]:
+        return redis_rewrite.artifact_refs(self)
+
+    def replace_artifact(self, ref: str, data: bytes) -> None:
+        redis_rewrite.replace_artifact(self, ref, data)
 
     def close(self) -> None:
         if self._closed:

@@ -28,7 +28,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -71,6 +71,7 @@ from skillstate.store.chain import (
     salvage_lease,
     take_snapshot,
 )
+from skillstate.store.rewriting import Body, plan_rewrite
 
 __all__ = ["SQLiteStore"]
 
@@ -452,6 +453,68 @@ class SQLiteStore:
         if row is None:
             raise ArtifactNotFound(f"no artifact {ref!r}")
         return bytes(row[0])
+
+    def rewrite(self, task_id: str, expected_version: int, fn: Callable[[Any], Any]) -> int:
+        """One ``BEGIN IMMEDIATE`` transaction: reads, plans and writes under the write lock."""
+        check_task_id(task_id)
+        with self._tx() as cur:
+            row = cur.execute(
+                "SELECT version, head, digest FROM tasks WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            if row is None:
+                raise TaskNotFound(task_id)
+            version, head, checksum = row
+            if not isinstance(version, int) or isinstance(head, bytes | None):
+                raise StateCorrupted(task_id, None, "the task row has no valid version and head")
+            if version != expected_version:
+                raise StaleState(task_id, expected_version, version)
+            bodies: list[Body] = []
+            events: dict[int, str] = {}
+            for v, kept, snapshot, patch, text, digest in cur.execute(
+                "SELECT version, kept, snapshot, patch, event, digest FROM versions "
+                "WHERE task_id = ? ORDER BY version",
+                (task_id,),
+            ).fetchall():
+                events[v] = _unpack(task_id, v, text) or ""
+                if kept:
+                    snap, body = _unpack(task_id, v, snapshot), _unpack(task_id, v, patch)
+                    bodies.append(Body(v, snap, body, digest))
+            plan = plan_rewrite(
+                task_id,
+                fn,
+                version=version,
+                head=head,
+                head_digest=checksum,
+                rows=bodies,
+                events=events,
+            )
+            if plan.head is not None:
+                cur.execute(
+                    "UPDATE tasks SET head = ?, digest = ? WHERE task_id = ?",
+                    (plan.head, plan.head_digest, task_id),
+                )
+            cur.executemany(
+                "UPDATE versions SET snapshot = ?, patch = ?, digest = ? "
+                "WHERE task_id = ? AND version = ?",
+                [
+                    (_pack(b.snapshot), _pack(b.patch), b.digest, task_id, b.version)
+                    for b in plan.rows.values()
+                ],
+            )
+            cur.executemany(
+                "UPDATE versions SET event = ? WHERE task_id = ? AND version = ?",
+                [(_pack(text), task_id, v) for v, text in plan.events.items()],
+            )
+        return plan.changed
+
+    def artifact_refs(self) -> list[str]:
+        return [row[0] for row in self._all("SELECT ref FROM artifacts ORDER BY ref", ())]
+
+    def replace_artifact(self, ref: str, data: bytes) -> None:
+        with self._tx() as cur:
+            cur.execute("UPDATE artifacts SET data = ? WHERE ref = ?", (sqlite3.Binary(data), ref))
+            if cur.rowcount == 0:
+                raise ArtifactNotFound(f"no artifact {ref!r}")
 
     def close(self) -> None:
         with self._lock:
