@@ -248,3 +248,48 @@ class TestCommandLine:
 
         assert _main(["show", "a\x00b"]) == 2
         assert _main(["show", "caf\udce9"]) == 2
+
+
+class TestStoredFiles:
+    def test_a_files_store_checkpoint_with_an_alias_is_refused_before_expanding(
+        self, tmp_path: Path
+    ) -> None:
+        """A 'billion laughs' YAML checkpoint in a files store: StateCorrupted, nothing expanded."""
+        from skillstate.errors import StateCorrupted
+        from skillstate.store import open_store
+
+        url = f"file://{tmp_path / 'fs'}"
+        code, _, err = run_cli(
+            tmp_path, "demo", "ledger", "--task-id", "L", "--steps", "2",
+            "--ledger", str(tmp_path / "ledger.txt"), "--store", url, "-q",
+        )  # fmt: skip
+        assert code == 0, err
+        step = sorted((tmp_path / "fs").rglob("state_step_*.yaml"))[0]
+        laughs = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+            f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+            f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+            for i in range(9)
+        )
+        step.write_text(laughs)
+        store = open_store(url)
+        with pytest.raises(StateCorrupted, match="YAML alias"):
+            store.checkpoint("L", 1)
+        store.close()
+
+    def test_deeply_nested_json_in_a_stored_head_is_corrupted_not_a_crash(
+        self, tmp_path: Path
+    ) -> None:
+        """A stored head of 100,000 nested lists: StateCorrupted (exit 5), not RecursionError."""
+        url = store_url(tmp_path)
+        code, _, err = run_cli(
+            tmp_path, "demo", "ledger", "--task-id", "L", "--steps", "1",
+            "--ledger", str(tmp_path / "ledger.txt"), "--store", url, "-q",
+        )  # fmt: skip
+        assert code == 0, err
+        conn = sqlite3.connect(tmp_path / "state.db")
+        conn.execute("UPDATE tasks SET head = ?, digest = NULL", ("[" * 100_000 + "]" * 100_000,))
+        conn.commit()
+        conn.close()
+        code, out, err = run_cli(tmp_path, "show", "L", "--store", url)
+        assert code == 5, out + err
+        assert_no_traceback(out, err)

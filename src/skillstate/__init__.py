@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "Skill": "skillstate.skills.skill",
     "SkillContext": "skillstate.skills.skill",
     "ToolError": "skillstate.skills.skill",
+    "VerifyContext": "skillstate.skills.skill",
     "StateMachine": "skillstate.state.machine",
     "Sensitive": "skillstate.state.secrets",
     "migration": "skillstate.state.migrate",
@@ -101,7 +102,14 @@ if TYPE_CHECKING:
     )
     from skillstate.events import Event, SkillTransition, ToolCall, Verdict
     from skillstate.skills.registry import SkillRegistry
-    from skillstate.skills.skill import NoParams, Outcome, Skill, SkillContext, ToolError
+    from skillstate.skills.skill import (
+        NoParams,
+        Outcome,
+        Skill,
+        SkillContext,
+        ToolError,
+        VerifyContext,
+    )
     from skillstate.state.machine import StateMachine
     from skillstate.state.migrate import migration
     from skillstate.state.model import (
@@ -185,6 +193,7 @@ __all__ = [
     "ToolNotAllowed",
     "UsageError",
     "Verdict",
+    "VerifyContext",
     "View",
     "__version__",
     "fork_task",

@@ -46,7 +46,7 @@ class StepPrinter:
     def __init__(self, *, verbose: bool) -> None:
         self.verbose = verbose
 
-    def __call__(self, report: StepReport) -> None:
+    def __call__(self, report: StepReport[Any]) -> None:
         event = report.event
         if self.verbose and report.view is not None:
             console.rule(f"decision {event.version}", style="cyan")

@@ -18,7 +18,7 @@ import yaml
 from skillstate.errors import UsageError
 from skillstate.limits import DEFAULT_LIMITS, problem
 
-__all__ = ["load_yaml"]
+__all__ = ["check_events", "load_yaml"]
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -64,3 +64,26 @@ def load_yaml(text: str, *, what: str, max_depth: int = DEFAULT_LIMITS.depth) ->
     if found is not None:
         raise UsageError(f"{what} refused: {found}")
     return value
+
+
+def check_events(text: str | bytes, *, max_depth: int = 256) -> str | None:
+    """Why a stored YAML document must not be loaded (an alias, too deep), or None.
+
+    For files skillstate wrote itself (which never hold anchors): one pass over the
+    parser's events, in C where available, before anything is built or expanded.
+    """
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.AliasEvent):
+                return f"it holds a YAML alias (*{event.anchor}), which skillstate never writes"
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > max_depth:
+                    return f"it is nested more than {max_depth} levels deep"
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return None  # the load itself reports a syntax error, with its position
+    return None

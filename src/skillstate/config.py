@@ -11,11 +11,11 @@ or where credentials go. Those come from the operator, in this order:
    table of ``pyproject.toml``, in the current directory or the nearest parent
    that has one::
 
-       [tool.skillstate]
-       store = "sqlite:///.skillstate/state.db"
-       agents = ["my_pkg.agents:support", "my_pkg.agents:billing"]
-       model = "openai:gpt-4o-mini"
-       base_url = "http://localhost:8000/v1"
+        [tool.skillstate]
+        store = "sqlite:///.skillstate/state.db"
+        agents = ["my_pkg.agents:support", "my_pkg.agents:billing"]
+        model = "openai:gpt-4o-mini"
+        base_url = "http://localhost:8000/v1"
 
 4. installed packages, for agents: entry points in the ``skillstate.agents`` group
    (``support = "my_pkg.agents:support"``), and the bundled demos.

@@ -6,6 +6,7 @@ that callers (and the CLI's exit codes) can tell them apart::
     SkillstateError
     ├── UsageError                  bad input from the caller: exit code 2
     │   ├── TaskNotFound            no task with that id in the store
+    │   ├── StoreNotFound           a reading command found no store at its URL
     │   ├── InvalidStoreURL         a store URL no backend understands
     │   ├── AgentImportError        MODULE:ATTR does not name an Agent
     │   │   └── AgentNotAllowed     a stored agent reference the operator did not allow
@@ -51,11 +52,29 @@ class UsageError(SkillstateError, ValueError):
 
 
 class TaskNotFound(UsageError, LookupError):
-    """No task with this id exists in the store."""
+    """No task with this id exists in the store.
 
-    def __init__(self, task_id: str) -> None:
-        super().__init__(f"no task {task_id!r} in the store")
+    ``store`` is the store's URL (password masked), when the raiser knows it: the
+    message then names it (``no task 'x' in sqlite:///.skillstate/state.db``).
+    """
+
+    def __init__(self, task_id: str, store: str | None = None) -> None:
+        super().__init__(f"no task {task_id!r} in {store or 'the store'}")
         self.task_id = task_id
+        self.store = store
+
+
+class StoreNotFound(UsageError, LookupError):
+    """A command that only reads found no store at its URL (and created none).
+
+    Writing commands create the store; reading ones (``show``, ``tasks``, ...) open
+    it with ``open_store(url, create=False)``, which raises this instead.
+    """
+
+    def __init__(self, url: str, detail: str | None = None) -> None:
+        why = f" ({detail})" if detail else ""
+        super().__init__(f"no store at {url}{why}; it is created by the first run")
+        self.url = url
 
 
 class InvalidStoreURL(UsageError):

@@ -88,7 +88,7 @@ def fetch_record(n: int) -> dict[str, Any]:
     }
 
 
-def build_agent(provider_policy: ModelPolicy | None = None) -> Agent:
+def build_agent(provider_policy: ModelPolicy | None = None) -> Agent[Any]:
     """The review agent; its policy is replaced by the model policy under test."""
     skills = SkillRegistry()
 
@@ -124,7 +124,7 @@ def build_agent(provider_policy: ModelPolicy | None = None) -> Agent:
     def _more(state: ReviewState) -> bool:
         return state.reviewed < state.target
 
-    def rules(view: View) -> Action:
+    def rules(view: View[Any]) -> Action:
         if "review_next" in view.skills:
             return CallSkill(skill="review_next", reason="next record")
         return Finish(summary="all records reviewed", reason="done")

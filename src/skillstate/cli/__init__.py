@@ -5,7 +5,8 @@ Exit codes: 0 completed (or paused waiting for the user), 1 the task failed,
 the task), 4 stopped by --max-steps or a budget (resumable), 5 the stored state is
 corrupted or newer than this code (nothing was written), 6 the task stalled: its
 decisions stopped making progress (failed, or parked for a person with --on-stall park),
-7 the store cannot be reached (a database or server down, refused, bad credentials).
+7 the store cannot be reached (a database or server down, refused, bad credentials),
+130 interrupted (Ctrl-C: the last committed step is kept; the hint names the task).
 
 Only typer is imported at start-up; the runtime, stores and rich tables load in
 the commands that use them, so ``skillstate --help`` stays fast.
@@ -15,7 +16,11 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import NoReturn
 
 import typer
@@ -24,16 +29,19 @@ from skillstate.cli._app import (
     EXIT_CONFLICT,
     EXIT_CORRUPTED,
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    SESSION,
+    Session,
     app,
 )
 
 __all__ = ["app", "main"]
 # The command groups register themselves with @app.command() when imported; this
 # order is the order `skillstate --help` lists them in.
-for _group in ("tasks", "inspect", "repair", "keys", "evaluate"):
+for _group in ("tasks", "listing", "inspect", "repair", "keys", "evaluate"):
     importlib.import_module(f"skillstate.cli.{_group}")
 
 
@@ -43,55 +51,110 @@ def main(argv: list[str] | None = None) -> NoReturn:
 
 
 def _main(argv: list[str] | None) -> int:
-    from skillstate.errors import (
-        Conflict,
-        SchemaTooNew,
-        SkillstateError,
-        StateCorrupted,
-        StoreUnavailable,
-        UsageError,
-    )
+    from skillstate.errors import SkillstateError
 
     args = sys.argv[1:] if argv is None else argv
     bad = next((a for a in args if "\x00" in a or _not_utf8(a)), None)
     if bad is not None:
         _error(f"argument {bad!r} holds a NUL byte or text that is not UTF-8; nothing was run")
         return EXIT_USAGE
+    SESSION.__dict__.update(vars(Session()))  # a fresh session (_main may run twice in-process)
     try:
-        result = app(args=argv, prog_name="skillstate", standalone_mode=False)
+        with _noting_sigint():
+            result = app(args=argv, prog_name="skillstate", standalone_mode=False)
     except typer.Exit as exc:
-        return exc.exit_code
+        return _interrupted() if SESSION.interrupted else exc.exit_code
     except typer.Abort:
         _error("aborted")
-        return 130
+        return EXIT_INTERRUPTED
     except typer.TyperException as exc:  # bad options and arguments (click's UsageError)
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `skillstate` (or a group)
+            typer.echo(exc.format_message())
+            return EXIT_OK
         _error(exc.format_message().replace("\n", " "))
         return EXIT_USAGE
-    except Conflict as exc:
-        _error(str(exc))
-        return EXIT_CONFLICT
-    except (StateCorrupted, SchemaTooNew) as exc:
-        _error(f"{exc}; nothing was written")
-        return EXIT_CORRUPTED
-    except StoreUnavailable as exc:
-        _error(str(exc))
-        return EXIT_UNAVAILABLE
-    except UsageError as exc:
-        _error(str(exc))
-        return EXIT_USAGE
     except SkillstateError as exc:
-        _error(str(exc))
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        _error("interrupted; the last committed step is kept (skillstate resume continues)")
-        return 130
+        return _failed(exc)
+    except KeyboardInterrupt:  # outside typer's own handling (it makes it an exit 130)
+        return _interrupted()
     except Exception as exc:
         # A bug (ours or in an agent's code): still one line, unless asked for the trace.
-        if os.environ.get("SKILLSTATE_DEBUG"):
+        if SESSION.debug or os.environ.get("SKILLSTATE_DEBUG"):
             raise
-        _error(f"unexpected {type(exc).__name__}: {exc} (SKILLSTATE_DEBUG=1 shows the traceback)")
+        _error(
+            f"unexpected {type(exc).__name__}: {exc} "
+            "(skillstate --debug or SKILLSTATE_DEBUG=1 shows the traceback)"
+        )
         return EXIT_FAILED
+    if SESSION.interrupted:
+        return _interrupted()
     return result if isinstance(result, int) else EXIT_OK
+
+
+def _failed(exc: Exception) -> int:
+    """One line on stderr for an error skillstate raised on purpose; its exit code."""
+    from skillstate.errors import (
+        Conflict,
+        SchemaTooNew,
+        StateCorrupted,
+        StoreUnavailable,
+        TaskNotFound,
+        UsageError,
+    )
+
+    if isinstance(exc, Conflict):
+        _error(str(exc))
+        return EXIT_CONFLICT
+    if isinstance(exc, StateCorrupted | SchemaTooNew):
+        _error(f"{exc}; nothing was written")
+        return EXIT_CORRUPTED
+    if isinstance(exc, StoreUnavailable):
+        _error(str(exc))
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, TaskNotFound) and exc.store is None and SESSION.store_url:
+        exc = TaskNotFound(exc.task_id, SESSION.store_url)  # name the store the command opened
+    _error(str(exc))
+    return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED
+
+
+@contextmanager
+def _noting_sigint() -> Iterator[None]:
+    """While the command runs, SIGINT is noted in the session, then raised as usual.
+
+    typer turns a KeyboardInterrupt into a silent exit 130; the note is how
+    :func:`_main` still knows to print the resume hint. A SIGINT disposition someone
+    else chose (ignored, or a handler of their own), or a thread other than the main
+    one, is left alone.
+    """
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not signal.default_int_handler:
+            yield
+            return
+        signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    SESSION.interrupted = True
+    raise KeyboardInterrupt
+
+
+def _interrupted() -> int:
+    task = SESSION.task_id
+    if task is None:
+        _error("interrupted; the last committed step is kept (skillstate resume continues)")
+    else:
+        _error(
+            f"interrupted; the last committed step is kept: continue with: skillstate resume {task}"
+        )
+    return EXIT_INTERRUPTED
 
 
 def _not_utf8(text: str) -> bool:

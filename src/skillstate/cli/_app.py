@@ -1,13 +1,21 @@
-"""The typer app, the exit codes and the options commands share."""
+"""The typer app, the exit codes, the options commands share, and the session.
+
+The session is what a running command tells the error handler in
+:func:`skillstate.cli._main` (one command per process): the store it opened (so a
+"no task" error names it), the task it drives (so Ctrl-C says how to resume it),
+whether ``--debug`` was given, and whether SIGINT arrived.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT, EXIT_BUDGET, EXIT_CORRUPTED = 0, 1, 2, 3, 4, 5
 EXIT_STALLED, EXIT_UNAVAILABLE = 6, 7
+EXIT_INTERRUPTED = 130
 DEMOS = ("ticket", "orders", "ledger")
 
 app = typer.Typer(
@@ -18,6 +26,60 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+@dataclass
+class Session:
+    """What the command being run has told the error handler."""
+
+    store_url: str | None = None
+    """The URL (password masked) of the store the command opened."""
+    task_id: str | None = None
+    """The task the command runs (``run``, ``demo``, ``resume``, ``reply``)."""
+    debug: bool = False
+    """``--debug``: unexpected errors print their traceback."""
+    interrupted: bool = False
+    """SIGINT arrived (typer turns the KeyboardInterrupt into a plain exit 130)."""
+
+
+SESSION = Session()
+
+
+def driving(task_id: str) -> None:
+    """Record the task this command is about to run: Ctrl-C then names it in its hint."""
+    SESSION.task_id = task_id
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from skillstate import __version__
+
+        typer.echo(f"skillstate {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            help="Print the traceback of an unexpected error (as SKILLSTATE_DEBUG=1 does). "
+            "Give it before the command: skillstate --debug show ID.",
+        ),
+    ] = False,
+) -> None:
+    SESSION.debug = debug
+
 
 StoreOpt = Annotated[
     str | None,

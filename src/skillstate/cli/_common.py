@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -40,7 +40,7 @@ class _Decisions:
     max_stalled: int = 10
     on_stall: str = "fail"
 
-    def agent(self, agent: Agent) -> Agent:
+    def agent(self, agent: Agent[Any]) -> Agent[Any]:
         """``agent`` with its policy replaced by the model policy asked for, if any."""
         from skillstate.errors import UsageError
 
@@ -139,14 +139,22 @@ class _Decisions:
 # ---------------------------------------------------------------- helpers
 
 
-def _store(url: str | None) -> Store:
+def _store(url: str | None, *, create: bool = True) -> Store:
+    """The store ``--store`` (or the configuration) names.
+
+    ``create=False`` is for commands that only read: a store that does not exist
+    yet is a one-line ``StoreNotFound`` (exit 2) and nothing is created.
+    """
+    from skillstate.cli._app import SESSION
     from skillstate.config import load_config
     from skillstate.store import open_store
 
-    return open_store(url or load_config().store)
+    store = open_store(url or load_config().store, create=create)
+    SESSION.store_url = store.url  # "no task" errors name it
+    return store
 
 
-def _agent_for(store: Store, task_id: str, explicit: str | None = None) -> Agent:
+def _agent_for(store: Store, task_id: str, explicit: str | None = None) -> Agent[Any]:
     """The agent of a task: ``--agent`` if given, else its stored reference if allowed.
 
     The stored reference is data: it is checked against the operator's allow-list
@@ -173,7 +181,7 @@ def _agent_for(store: Store, task_id: str, explicit: str | None = None) -> Agent
 
 
 def _drive(
-    agent: Agent,
+    agent: Agent[Any],
     store: Store,
     task_id: str,
     *,
@@ -224,7 +232,7 @@ def _drive(
     raise typer.Exit(_exit_code(result))
 
 
-def _summary(result: RunResult) -> str:
+def _summary(result: RunResult[Any]) -> str:
     from rich.markup import escape
 
     state = result.state
@@ -258,7 +266,7 @@ def _summary(result: RunResult) -> str:
     return f"[{style}]{result.stopped}[/] · task {task} · version {state.version}{reason}"
 
 
-def _exit_code(result: RunResult) -> int:
+def _exit_code(result: RunResult[Any]) -> int:
     return {
         "completed": EXIT_OK,
         "waiting_user": EXIT_OK,
@@ -279,7 +287,7 @@ def _exists(store: Store, task_id: str) -> bool:
     return True
 
 
-def _new_task_id(agent: Agent, task_id: str | None) -> str:
+def _new_task_id(agent: Agent[Any], task_id: str | None) -> str:
     from skillstate.errors import UsageError
 
     if task_id is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -156,7 +156,7 @@ def doctor(task_id: TaskArg, store: StoreOpt = None, agent_ref: AgentOpt = None)
     from skillstate.errors import AgentImportError, StateCorrupted
 
     db = _store(store)
-    agent: Agent | None
+    agent: Agent[Any] | None
     try:
         agent = _agent_for(db, task_id, agent_ref)
     except (AgentImportError, StateCorrupted):

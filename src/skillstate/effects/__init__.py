@@ -5,26 +5,20 @@ every attempt and every resume of its step. After a crash (or a failed attempt) 
 runtime calls the skill's probe before running it again; the probe must answer from
 the outside world. These helpers make the world able to answer:
 
-=================================  ==========================  ==================================
-Helper                             Use it when                 It guarantees
-=================================  ==========================  ==================================
-``sql.once`` / ``sql.lookup``      the effect is rows in a     change and key commit in one
-                                   SQLite or PostgreSQL        transaction: exactly once, also
-                                   database you write to       against racing processes; the
-                                                               result is stored with the key
-``files.append_once`` /            the effect is a line in a   the line is there once; a torn
-``files.appended``                 file (a ledger, a log)      write is never counted (one host,
-                                                               local filesystem, flock)
-``files.write_once`` /             the effect replaces a       atomic replace (old or new, never
-``files.written``                  whole file                  half); "written" is right for a
-                                                               crash at any point
-``http.idempotent_request``        the effect is an HTTP call  retries reuse the key; exactly
-                                   to a server that honours    once *only if the server dedupes
-                                   ``Idempotency-Key``         by it*
-``readback.read_back``             the world keeps no keys:    nothing by itself: as good as
-                                   read it and recognise the   ``matches``; races with other
-                                   effect                      writers (see docs/effects.md)
-=================================  ==========================  ==================================
+- ``sql.once`` / ``sql.lookup``: the effect is rows in a SQLite or PostgreSQL
+  database you write to. The change and the key commit in one transaction: exactly
+  once, also against racing processes; the result is stored with the key.
+- ``files.append_once`` / ``files.appended``: the effect is a line in a file (a
+  ledger, a log). The line is there once; a torn write is never counted (one host,
+  local filesystem, flock).
+- ``files.write_once`` / ``files.written``: the effect replaces a whole file. Atomic
+  replace (old or new, never half); "written" is right for a crash at any point.
+- ``http.idempotent_request``: the effect is an HTTP call to a server that honours
+  ``Idempotency-Key``. Retries reuse the key; exactly once *only if the server
+  dedupes by it*.
+- ``readback.read_back``: the world keeps no keys: read it and recognise the effect.
+  Nothing by itself: as good as ``matches``; races with other writers (see
+  docs/effects.md).
 
 In each case ``run`` and the probe should return the same ``Outcome``, so a resumed
 step commits the state an uninterrupted one would. docs/effects.md has an example

@@ -30,7 +30,7 @@ from skillstate.errors import (
 )
 from skillstate.events import SkillTransition, ToolCall, Verdict
 from skillstate.limits import problem
-from skillstate.skills.skill import Outcome, Skill, SkillContext
+from skillstate.skills.skill import Outcome, Skill, SkillContext, VerifyContext
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
 from skillstate.state.redact import Redactor
 from skillstate.store.base import Store
@@ -54,7 +54,7 @@ class Attempt:
 class Acting:
     """Carries out actions for one agent against one store (the runtime's act phase)."""
 
-    agent: Agent
+    agent: Agent[Any]
     store: Store
     max_retries: int
     redactor: Callable[[AgentState], Redactor]
@@ -212,7 +212,10 @@ class Acting:
         except StateError as exc:
             return Attempt(outcome, state, None, ("invalid_output", str(exc)))
         try:
-            verdict = skill.verify(candidate, outcome)
+            context = VerifyContext(
+                before=state, params=params, attempt=ctx.attempt, key=ctx.idempotency_key
+            )
+            verdict = skill.verify(candidate, outcome, context)
         except Exception as exc:
             return Attempt(outcome, state, None, ("verify_error", f"{type(exc).__name__}: {exc}"))
         if not verdict.ok:

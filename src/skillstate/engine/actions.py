@@ -70,6 +70,7 @@ class Fail(_Action):
 
 
 Action = Annotated[CallSkill | AskUser | Finish | Fail, Field(discriminator="kind")]
+"""One decision: call a skill, ask the user, finish or fail (discriminated by ``kind``)."""
 
 _ADAPTER: TypeAdapter[Action] = TypeAdapter(Action)
 

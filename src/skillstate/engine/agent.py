@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
@@ -35,8 +35,11 @@ DEFAULT_POLICY = RedactionPolicy()
 """``fn(state) -> True | None`` (holds) or ``False | "what is wrong"`` (broken)."""
 
 
+S = TypeVar("S", bound=AgentState)
+
+
 @dataclass
-class Agent:
+class Agent(Generic[S]):
     """The definition of an agent. Validated when built.
 
     ``goal``, ``constraints`` and ``plan`` seed every new task's card;
@@ -44,10 +47,10 @@ class Agent:
     """
 
     name: str
-    state_type: type[AgentState]
+    state_type: type[S]
     machine: StateMachine
     skills: SkillRegistry
-    policy: Policy
+    policy: Policy[S]
     tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     goal: str = ""
     constraints: Sequence[str] = ()
@@ -153,7 +156,7 @@ class Agent:
         if problems:
             raise UsageError(f"agent {self.name!r} is invalid: " + "; ".join(problems))
 
-    def new_state(self, task_id: str, **fields: Any) -> AgentState:
+    def new_state(self, task_id: str, **fields: Any) -> S:
         """Version 0 of a task's card (the runtime commits it as version 1)."""
         base: dict[str, Any] = {
             "task_id": task_id,
@@ -172,7 +175,7 @@ class Agent:
                 f"invalid initial state for task {task_id!r}: {first_error(exc, 'state')}"
             ) from exc
 
-    def parse_state(self, data: Mapping[str, Any], *, task_id: str | None = None) -> AgentState:
+    def parse_state(self, data: Mapping[str, Any], *, task_id: str | None = None) -> S:
         """A stored document as the agent's state class: migrated, then validated.
 
         A broken record is :class:`~skillstate.errors.StateCorrupted` naming the
@@ -180,9 +183,9 @@ class Agent:
         newer schema is :class:`~skillstate.errors.SchemaTooNew`. ``task_id`` names
         the task in errors when the record's own id is unusable.
         """
-        return validate_state(self.state_type, data, task_id=task_id)
+        return validate_state(self.state_type, data, task_id=task_id)  # type: ignore[return-value]
 
-    def view(self, state: AgentState) -> View:
+    def view(self, state: S) -> View[S]:
         return render_view(
             state,
             machine=self.machine,
@@ -195,7 +198,7 @@ class Agent:
         )
 
 
-def load_agent(ref: str, *, search_cwd: bool = False) -> Agent:
+def load_agent(ref: str, *, search_cwd: bool = False) -> Agent[Any]:
     """Import ``module:attr`` and return the :class:`Agent` it names.
 
     ``attr`` may also be a zero-argument callable returning an Agent. Only call this

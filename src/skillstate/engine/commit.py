@@ -35,9 +35,9 @@ class Committer:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent[Any],
         store: Store,
-        observer: Callable[[StepReport], None] | None = None,
+        observer: Callable[[StepReport[Any]], None] | None = None,
         *,
         fence: Callable[[str], int | None] = lambda task_id: None,
     ) -> None:
@@ -55,7 +55,7 @@ class Committer:
     def load(self, task_id: str) -> AgentState:
         """The head state, validated (and migrated) into the agent's state class."""
         checkpoint = self.store.load(task_id)
-        state = self.agent.parse_state(checkpoint.state, task_id=task_id)
+        state: AgentState = self.agent.parse_state(checkpoint.state, task_id=task_id)
         cached = self._raw.get(task_id)
         if cached is None or cached.get("version") != checkpoint.version:
             # A version is written once (compare-and-set), so a cached document of the same
@@ -79,7 +79,7 @@ class Committer:
         action: dict[str, Any],
         actor: Actor,
         *,
-        view: View | None = None,
+        view: View[Any] | None = None,
         started: datetime | None = None,
     ) -> tuple[AgentState, Event]:
         """Write ``draft`` as the version after ``before`` (``None``: create the task)."""

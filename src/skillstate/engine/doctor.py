@@ -56,7 +56,7 @@ class DoctorReport:
         return [f for f in self.findings if f.sealed]
 
 
-def diagnose(store: Store, task_id: str, agent: Agent | None) -> DoctorReport:
+def diagnose(store: Store, task_id: str, agent: Agent[Any] | None) -> DoctorReport:
     """Check every kept version of ``task_id`` and its audit log; never writes."""
     report = DoctorReport(task_id, schema_checked=agent is not None)
     try:
@@ -122,7 +122,7 @@ def _replay_findings(
     return []
 
 
-def _schema_findings(agent: Agent, document: dict[str, Any], version: int) -> list[Finding]:
+def _schema_findings(agent: Agent[Any], document: dict[str, Any], version: int) -> list[Finding]:
     try:
         agent.parse_state(document)
     except SecretKeyMissing:
@@ -154,7 +154,7 @@ def _audit_findings(versions: list[int], head: int | None) -> list[Finding]:
     return [Finding(None, problem) for problem in audit_gaps(versions, head)]
 
 
-def _card_findings(store: Store, task_id: str, agent: Agent, head: int) -> list[Finding]:
+def _card_findings(store: Store, task_id: str, agent: Agent[Any], head: int) -> list[Finding]:
     """What is wrong with the head *as a card* of this agent (a hand edit may have done it)."""
     from skillstate.engine.edits import card_problems
 

@@ -77,7 +77,7 @@ RUNTIME_OWNED = (
 
 def _set_fields(
     store: Store,
-    agent: Agent,
+    agent: Agent[Any],
     task_id: str,
     writes: Mapping[str, Any],
     *,
@@ -129,7 +129,7 @@ def _set_agent_reference(store: Store, task_id: str, ref: object, fence: int | N
 
 def _replace_state(
     store: Store,
-    agent: Agent,
+    agent: Agent[Any],
     task_id: str,
     expected_version: int,
     document: Mapping[str, Any],
@@ -170,7 +170,7 @@ def _replace_state(
 
 
 def edit_in_editor(
-    store: Store, agent: Agent, task_id: str, *, force: bool = False
+    store: Store, agent: Agent[Any], task_id: str, *, force: bool = False
 ) -> AgentState | None:
     """Open the state as YAML in ``$VISUAL``/``$EDITOR`` and commit what was saved.
 
@@ -211,7 +211,7 @@ def edit_in_editor(
 
 def apply_edit(
     store: Store,
-    agent: Agent,
+    agent: Agent[Any],
     task_id: str,
     text: str,
     expected_version: int | None = None,
@@ -263,7 +263,7 @@ def dump_yaml(document: Mapping[str, Any]) -> str:
 
 
 def check_human_change(
-    agent: Agent,
+    agent: Agent[Any],
     before: AgentState | None,
     after: AgentState,
     changed: set[str],
@@ -308,7 +308,7 @@ def check_human_change(
         raise InvariantBroken(f"refused: invariant {broken}")
 
 
-def card_problems(agent: Agent, state: AgentState) -> list[str]:
+def card_problems(agent: Agent[Any], state: AgentState) -> list[str]:
     """What makes ``state`` inconsistent for ``agent``, whoever wrote it (doctor asks too)."""
     problems: list[str] = []
     machine = agent.machine
@@ -325,15 +325,18 @@ def card_problems(agent: Agent, state: AgentState) -> list[str]:
     return problems
 
 
-def _parse_or_none(agent: Agent, document: Mapping[str, Any], task_id: str) -> AgentState | None:
+def _parse_or_none(
+    agent: Agent[Any], document: Mapping[str, Any], task_id: str
+) -> AgentState | None:
     try:
-        return agent.parse_state(document, task_id=task_id)
+        state: AgentState = agent.parse_state(document, task_id=task_id)
     except StateCorrupted:
         return None
+    return state
 
 
 def _repaired(
-    agent: Agent, task_id: str, document: Mapping[str, Any], writes: Mapping[str, Any]
+    agent: Agent[Any], task_id: str, document: Mapping[str, Any], writes: Mapping[str, Any]
 ) -> AgentState:
     """A corrupted head's raw document with ``writes`` applied, if that makes it valid."""
     data = copy.deepcopy(dict(document))
@@ -348,9 +351,10 @@ def _repaired(
             node = child
         node[parts[-1]] = value
     try:
-        return agent.parse_state(data, task_id=task_id)
+        repaired: AgentState = agent.parse_state(data, task_id=task_id)
     except StateCorrupted as exc:
         raise UsageError(f"the stored state is corrupted and still would be: {exc.reason}") from exc
+    return repaired
 
 
 def _keep(task_id: str, text: str) -> str:
@@ -443,7 +447,7 @@ def _human_commit(
 
 
 def set_fields(
-    store: Store, agent: Agent, task_id: str, writes: Mapping[str, Any], *, force: bool = False
+    store: Store, agent: Agent[Any], task_id: str, writes: Mapping[str, Any], *, force: bool = False
 ) -> AgentState:
     """Apply dotted-path ``writes`` (``facts.total=3``, ``priority=P1``) as one human commit."""
     with human_lease(store, task_id) as fence:
@@ -463,7 +467,7 @@ def set_agent_reference(store: Store, task_id: str, ref: object) -> int:
 
 def replace_state(
     store: Store,
-    agent: Agent,
+    agent: Agent[Any],
     task_id: str,
     expected_version: int,
     document: Mapping[str, Any],

@@ -20,11 +20,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from skillstate.engine.actions import Action, reply_budget, validate_decision
 from skillstate.errors import ActionRejected, DecisionFailed, UsageError
 from skillstate.llm.base import Message, Provider, Usage
+from skillstate.state.model import AgentState
 from skillstate.state.view import View
 
 __all__ = [
@@ -54,28 +55,35 @@ class Decided:
     duration_ms: float = 0.0
 
 
-@runtime_checkable
-class Policy(Protocol):
-    """Decides one action from one view."""
+S = TypeVar("S", bound=AgentState)
+S_contra = TypeVar("S_contra", bound=AgentState, contravariant=True)
 
-    def decide(self, view: View) -> Action | Decided:
+
+@runtime_checkable
+class Policy(Protocol[S_contra]):
+    """Decides one action from one view (of a state of class ``S``)."""
+
+    def decide(self, view: View[S_contra]) -> Action | Decided:
         """The next action. A model policy returns :class:`Decided` to report its usage;
         it raises :class:`~skillstate.errors.DecisionFailed` when no valid action came."""
         ...
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(Generic[S]):
     """A deterministic policy from a plain function ``view -> Action``.
+
+    Typed by what the function takes: ``ScriptedPolicy(decide)`` with
+    ``def decide(view: View[TripState]) -> Action`` is a ``ScriptedPolicy[TripState]``.
 
     >>> from skillstate.engine.actions import Finish
     >>> policy = ScriptedPolicy(lambda view: Finish(reason="nothing to do"))
     """
 
-    def __init__(self, rules: Callable[[View], Action], *, name: str | None = None) -> None:
+    def __init__(self, rules: Callable[[View[S]], Action], *, name: str | None = None) -> None:
         self._rules = rules
         self.name = name or getattr(rules, "__name__", "scripted")
 
-    def decide(self, view: View) -> Action:
+    def decide(self, view: View[S]) -> Action:
         return self._rules(view)
 
     def __repr__(self) -> str:
@@ -120,7 +128,7 @@ class ModelPolicy:
         self.max_tokens = max_tokens
         self._system = system
 
-    def system_prompt(self, view: View) -> str:
+    def system_prompt(self, view: View[Any]) -> str:
         if self._system is not None:
             return self._system
         agent = view.agent_name or "task"
@@ -130,10 +138,10 @@ class ModelPolicy:
             agent=agent, description=view.agent_description, skills="\n".join(lines), ask=ask
         ).strip()
 
-    def messages(self, view: View) -> list[Message]:
+    def messages(self, view: View[Any]) -> list[Message]:
         raise NotImplementedError
 
-    def decide(self, view: View) -> Decided:
+    def decide(self, view: View[Any]) -> Decided:
         messages = self.messages(view)
         schema = view.action_schema
         # Enough for the longest reply the schema allows, unless set by hand.
@@ -185,7 +193,7 @@ class StatePolicy(ModelPolicy):
 
     kind = "state"
 
-    def messages(self, view: View) -> list[Message]:
+    def messages(self, view: View[Any]) -> list[Message]:
         return [Message("system", self.system_prompt(view)), Message("user", view.text)]
 
 
@@ -194,7 +202,7 @@ class HistoryPolicy(ModelPolicy):
 
     kind = "history"
 
-    def messages(self, view: View) -> list[Message]:
+    def messages(self, view: View[Any]) -> list[Message]:
         return [Message("system", self.system_prompt(view)), *_transcript(view)]
 
 
@@ -218,11 +226,11 @@ class WindowPolicy(ModelPolicy):
         super().__init__(provider, max_repairs=max_repairs, system=system, max_tokens=max_tokens)
         self.n = n
 
-    def messages(self, view: View) -> list[Message]:
+    def messages(self, view: View[Any]) -> list[Message]:
         return [Message("system", self.system_prompt(view)), *_transcript(view)[-self.n :]]
 
 
-def _transcript(view: View) -> Sequence[Message]:
+def _transcript(view: View[Any]) -> Sequence[Message]:
     if view.transcript is None:
         raise UsageError("this policy needs the task's transcript; run it through the Runtime")
     return view.transcript()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from skillstate.events import Event
 from skillstate.state.model import AgentState
@@ -11,27 +11,29 @@ from skillstate.state.view import View
 
 __all__ = ["RunResult", "StepReport", "StopReason"]
 
+S = TypeVar("S", bound=AgentState)
+
 StopReason = Literal["completed", "failed", "waiting_user", "max_steps", "budget", "stalled"]
 
 
 @dataclass(frozen=True)
-class StepReport:
+class StepReport(Generic[S]):
     """One committed version, as observers see it."""
 
-    before: AgentState
-    after: AgentState
+    before: S
+    after: S
     event: Event
-    view: View | None = None
+    view: View[S] | None = None
     """The view the decision was made from (``None`` for replies and settlements)."""
     stalled: str | None = None
     """Why the stall guard stopped the task at this step (``None``: it did not)."""
 
 
 @dataclass(frozen=True)
-class RunResult:
+class RunResult(Generic[S]):
     """Where :meth:`Runtime.run` stopped, and why."""
 
-    state: AgentState
+    state: S
     stopped: StopReason
     steps: int
     """Decisions taken during this call."""

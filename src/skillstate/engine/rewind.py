@@ -42,7 +42,7 @@ def rollback_task(
     to_version: int,
     *,
     effects: EffectChoice = "refuse",
-    agent: Agent | None = None,
+    agent: Agent[Any] | None = None,
 ) -> int:
     """Make the state of ``to_version`` the new head, as a new commit; returns its version.
 
@@ -61,7 +61,7 @@ def _rollback(
     to_version: int,
     *,
     effects: EffectChoice,
-    agent: Agent | None,
+    agent: Agent[Any] | None,
     fence: int | None,
 ) -> int:
     """The rollback itself (the caller holds the lease)."""
@@ -110,7 +110,7 @@ def _rollback(
 
 def fork_task(
     store: Store,
-    agent: Agent,
+    agent: Agent[Any],
     task_id: str,
     at_version: int,
     new_id: str,
@@ -153,7 +153,9 @@ def fork_task(
             "anyway (they stay in the world; the fork's own effects get its own keys)",
             crossed,
         )
-    forked = state.evolve(task_id=new_id, version=1, compensations=(), effect_generations={})
+    forked: AgentState = state.evolve(
+        task_id=new_id, version=1, compensations=(), effect_generations={}
+    )
     document = forked.to_json()
     action: dict[str, Any] = {"kind": "fork", "from_task": task_id, "from_version": at_version}
     if crossed:
@@ -177,7 +179,7 @@ def _check_settled(head: dict[str, Any], task_id: str) -> None:
         )
 
 
-def _check_compensable(agent: Agent | None, crossed: list[EffectRecord]) -> None:
+def _check_compensable(agent: Agent[Any] | None, crossed: list[EffectRecord]) -> None:
     if agent is None:
         raise UsageError("compensating needs the agent (its skills' rollback hooks)")
     missing = sorted(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from skillstate.engine.act import Acting
 from skillstate.engine.actions import Action, CallSkill
@@ -51,8 +51,12 @@ from skillstate.store.base import Store
 __all__ = ["RunResult", "Runtime", "StepReport", "StopReason"]
 
 
-class Runtime:
-    """Runs an :class:`Agent` against a :class:`Store`.
+S = TypeVar("S", bound=AgentState)
+
+
+class Runtime(Generic[S]):
+    """Runs an :class:`Agent` against a :class:`Store`; typed by the agent's state class
+    (``Runtime(trip_agent, store).run("t").state`` is a ``TripState``).
 
     ``max_steps`` bounds the decisions of one :meth:`run` call; ``max_retries`` is
     the retry budget of a skill that does not set its own. ``max_stalled``,
@@ -71,12 +75,12 @@ class Runtime:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent[S],
         store: Store,
         *,
         max_steps: int = 50,
         max_retries: int = 2,
-        observer: Callable[[StepReport], None] | None = None,
+        observer: Callable[[StepReport[S]], None] | None = None,
         worker: str | None = None,
         lease_ttl: float = 60.0,
         max_calls: int | None = None,
@@ -120,17 +124,17 @@ class Runtime:
         )
 
     @property
-    def observer(self) -> Callable[[StepReport], None] | None:
+    def observer(self) -> Callable[[StepReport[S]], None] | None:
         """Called with every committed step but the task's creation."""
         return self._committer.observer
 
     @observer.setter
-    def observer(self, value: Callable[[StepReport], None] | None) -> None:
+    def observer(self, value: Callable[[StepReport[S]], None] | None) -> None:
         self._committer.observer = value
 
     # ------------------------------------------------------------------ public
 
-    def start(self, task_id: str, **fields: Any) -> AgentState:
+    def start(self, task_id: str, **fields: Any) -> S:
         """Create the task (version 1) with ``fields`` set. Raises ``StaleState`` if it exists."""
         state = self.agent.new_state(task_id, **fields)
         broken = self.agent.broken_invariant(state)
@@ -138,19 +142,21 @@ class Runtime:
             raise InvariantBroken(f"task {task_id!r} would start broken: invariant {broken}")
         with self._holding(task_id):
             draft = Draft(after=state)
-            return self._committer.commit(None, draft, {"kind": "create"}, "runtime")[0]
+            created = self._committer.commit(None, draft, {"kind": "create"}, "runtime")[0]
+            return cast(S, created)
 
-    def load(self, task_id: str) -> AgentState:
+    def load(self, task_id: str) -> S:
         """The head state of a task, validated (and migrated) into the agent's state class.
 
         Raises :class:`~skillstate.errors.StateCorrupted` when the stored record
         does not validate; nothing is written then.
         """
-        return self._committer.load(task_id)
+        # The committer parses every head into the agent's state class: an S.
+        return cast(S, self._committer.load(task_id))
 
     def run(
         self, task_id: str, *, inputs: Sequence[str] = (), max_steps: int | None = None
-    ) -> RunResult:
+    ) -> RunResult[S]:
         """Decide and commit until the task ends, waits for a user, stalls or hits ``max_steps``.
 
         ``inputs`` answer the task's questions in order; when they run out the task
@@ -171,7 +177,7 @@ class Runtime:
                 self.recheck(task_id)
             return self._loop(task_id, queue, budget, self._holders.get(task_id))
 
-    def step(self, task_id: str) -> StepReport:
+    def step(self, task_id: str) -> StepReport[S]:
         """Take exactly one decision on a running task and commit it.
 
         Unfinished work comes first: a queued compensation, or an effect in flight.
@@ -184,7 +190,7 @@ class Runtime:
                 return self._settling.settle_effect(state, resumed=True)
             return self._step(state)
 
-    def reply(self, task_id: str, text: str) -> AgentState:
+    def reply(self, task_id: str, text: str) -> S:
         """Answer the open question of a ``waiting_user`` task; it becomes ``running``.
 
         A reply is new information: the stall guard's count starts over.
@@ -200,7 +206,8 @@ class Runtime:
                 status=TaskStatus.RUNNING, inbox=text, question=None, no_progress=0, tried=()
             )
             action = {"kind": "reply", "text": text, "question": state.question}
-            return self._committer.commit(state, Draft(after=after), action, "user")[0]
+            replied = self._committer.commit(state, Draft(after=after), action, "user")[0]
+            return cast(S, replied)
 
     def recheck(self, task_id: str) -> list[StepRecord]:
         """Recompute the fingerprints of a task's completed steps; mark changed ones stale.
@@ -273,7 +280,7 @@ class Runtime:
 
     def _loop(
         self, task_id: str, queue: list[str], budget: int, holder: Holder | None
-    ) -> RunResult:
+    ) -> RunResult[Any]:
         steps = invalid = 0
         while True:
             if holder is not None:
@@ -339,7 +346,7 @@ class Runtime:
 
     # ------------------------------------------------------------------ one step
 
-    def _step(self, state: AgentState) -> StepReport:
+    def _step(self, state: AgentState) -> StepReport[Any]:
         task_id = state.task_id
         if state.status.is_terminal or state.status is TaskStatus.WAITING_USER:
             raise UsageError(f"task {task_id!r} cannot step (status: {state.status.value})")
@@ -378,14 +385,14 @@ class Runtime:
         )
         return StepReport(before=state, after=after, event=event, view=view, stalled=stalled)
 
-    def _view(self, state: AgentState) -> View:
-        view = self.agent.view(state)
+    def _view(self, state: AgentState) -> View[Any]:
+        view = self.agent.view(cast(S, state))
         store, task_id = self.store, state.task_id
         redactor = self._committer.redactor(state)
         # History baselines need the conversation; it is rebuilt only if asked for.
         return replace(view, transcript=lambda: conversation(store, task_id, redactor=redactor))
 
-    def _accounted(self, decided: Action | Decided, view: View) -> tuple[Action, TokenUsage]:
+    def _accounted(self, decided: Action | Decided, view: View[Any]) -> tuple[Action, TokenUsage]:
         """The action, and what deciding it cost (counted offline for scripted policies)."""
         if isinstance(decided, Decided):
             u = decided.usage
@@ -405,8 +412,14 @@ class Runtime:
         return decided, TokenUsage(prompt=view.tokens, completion=reply, estimated=True)
 
     def _invalid_decision(
-        self, state: AgentState, exc: DecisionFailed, step_id: str, *, view: View, started: datetime
-    ) -> StepReport:
+        self,
+        state: AgentState,
+        exc: DecisionFailed,
+        step_id: str,
+        *,
+        view: View[Any],
+        started: datetime,
+    ) -> StepReport[Any]:
         """The model never gave a valid action: log it; the state is otherwise unchanged."""
         u = exc.usage if isinstance(exc.usage, Usage) else Usage()
         draft = reject(state, step_id, "decision_failed", str(exc), None)
@@ -434,9 +447,9 @@ class Runtime:
         *,
         found: tuple[Draft, list[StepRecord]],
         usage: TokenUsage,
-        view: View,
+        view: View[Any],
         started: datetime,
-    ) -> StepReport:
+    ) -> StepReport[Any]:
         """A ``recheck`` skill found the world changed: commit the stale steps instead."""
         draft, stale = found
         draft.usage = usage

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -36,12 +37,26 @@ from skillstate.state.view import View
 __all__ = ["Settling"]
 
 
+def _as_decided(raw: dict[str, Any], params: Any) -> dict[str, Any]:
+    """The params to keep in an intent: as decided, so the settled run validates exactly
+    what a fresh run would (``2`` stays ``2``; unset fields stay unset).
+
+    Params that are not plain JSON (a scripted policy may hand over any object) are
+    kept as their JSON dump of the fields that were set."""
+    try:
+        json.dumps(raw, allow_nan=False)
+    except (TypeError, ValueError):
+        dumped: dict[str, Any] = params.model_dump(mode="json", exclude_unset=True)
+        return dumped
+    return dict(raw)
+
+
 class Settling:
     """The runtime's settle phase for one agent and store."""
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Agent[Any],
         acting: Acting,
         committer: Committer,
         guard: Guard,
@@ -94,7 +109,7 @@ class Settling:
         return Intent(
             step_id=f"{step_id}-{skill.name}",
             skill=skill.name,
-            params=data,
+            params=_as_decided(action.params, params),
             target=target,
             reason=action.reason,
             key=effect_key(state, skill.name, data),
@@ -106,10 +121,10 @@ class Settling:
         action: CallSkill,
         intent: Intent,
         *,
-        view: View,
+        view: View[Any],
         started: datetime,
         usage: TokenUsage,
-    ) -> StepReport:
+    ) -> StepReport[Any]:
         """Commit the intent (the decision), then run the effect and commit its outcome."""
         after = state.replace(
             pending_effect=intent, last_decision=decision(action, intent.skill), inbox=None
@@ -121,7 +136,7 @@ class Settling:
         )
         return self.settle_effect(recorded, resumed=False)
 
-    def settle_effect(self, state: AgentState, *, resumed: bool) -> StepReport:
+    def settle_effect(self, state: AgentState, *, resumed: bool) -> StepReport[Any]:
         """Run (or, after a crash, first probe) the pending effect and commit its outcome."""
         intent = state.pending_effect
         assert intent is not None
@@ -173,7 +188,7 @@ class Settling:
         after, event = self._committer.commit(state, draft, settled, "runtime", started=started)
         return StepReport(before=state, after=after, event=event, stalled=stalled)
 
-    def compensate(self, state: AgentState) -> StepReport:
+    def compensate(self, state: AgentState) -> StepReport[Any]:
         """Undo the next queued effect with its skill's ``rollback`` hook; commit after it."""
         item = state.compensations[0]
         skill = self.agent.skills.get(item.skill)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from skillstate.engine.agent import Agent
 from skillstate.errors import ArtifactNotFound
@@ -34,7 +35,7 @@ class DecisionTokens:
     history: int
 
 
-def _system_prompt(agent: Agent) -> str:
+def _system_prompt(agent: Agent[Any]) -> str:
     lines = [f"You are the {agent.name} agent. {agent.description}".strip(), "Skills:"]
     lines += [
         f"- {s.name}({', '.join(s.params.model_fields)}): {s.description}" for s in agent.skills
@@ -93,7 +94,7 @@ def conversation(store: Store, task_id: str, *, redactor: Redactor | None = None
     return [Message(m.role, redactor.text(m.content)) for m in messages]
 
 
-def history_messages(store: Store, task_id: str, agent: Agent) -> list[list[dict[str, str]]]:
+def history_messages(store: Store, task_id: str, agent: Agent[Any]) -> list[list[dict[str, str]]]:
     """The message list as it stood before each decision, one list per decision."""
     system = Message("system", _system_prompt(agent))
     return [
@@ -103,7 +104,7 @@ def history_messages(store: Store, task_id: str, agent: Agent) -> list[list[dict
     ]
 
 
-def compare_prompts(store: Store, task_id: str, agent: Agent) -> list[DecisionTokens]:
+def compare_prompts(store: Store, task_id: str, agent: Agent[Any]) -> list[DecisionTokens]:
     """Per decision: the state view's tokens (as recorded) and the transcript's."""
     decisions = [e for e in store.events(task_id) if e.actor == "policy"]
     prompts = history_messages(store, task_id, agent)

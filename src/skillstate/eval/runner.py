@@ -152,7 +152,7 @@ def _execute(
         json.dumps(expectations(env, variant).as_json(), indent=1), encoding="utf-8"
     )
 
-    def runtime(budget: int) -> Runtime:
+    def runtime(budget: int) -> Runtime[Any]:
         provider = factory(spec, variant, env, store)
         if context_window is not None:
             provider = LimitedProvider(provider, context_window)

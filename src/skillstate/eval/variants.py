@@ -165,7 +165,9 @@ def _short_args(args: BaseModel) -> str:
     return text if len(text) <= 80 else text[:79] + "…"
 
 
-def build_agent(spec: TaskSpec, env: Environment, variant: Variant, policy: Policy) -> Agent:
+def build_agent(
+    spec: TaskSpec, env: Environment, variant: Variant, policy: Policy[Any]
+) -> Agent[Any]:
     """The agent that runs ``spec`` in ``env`` under ``variant``."""
     value_chars = VALUE_CHARS
     if variant.actions == "skills":

@@ -153,7 +153,7 @@ def _all_entries(path: str) -> list[tuple[str, int]]:
     return out
 
 
-def decide(view: View) -> Action:
+def decide(view: View[LedgerState]) -> Action:
     state = view.state
     assert isinstance(state, LedgerState)
     if state.appended < state.target:

@@ -225,7 +225,7 @@ def _verify_reply(state: OrdersState, outcome: Outcome) -> Verdict:
 # ---------------------------------------------------------------- policy
 
 
-def decide(view: View) -> Action:
+def decide(view: View[OrdersState]) -> Action:
     """Follow the plan: the first pending skill that applies, then finish."""
     for name in view.state.pending_steps:
         if name in view.skills:
@@ -235,10 +235,10 @@ def decide(view: View) -> Action:
     return Finish(summary=state.reply or "", reason="plan complete")
 
 
-class OrdersAgent(Agent):
+class OrdersAgent(Agent[OrdersState]):
     """The orders agent: a new task picks up ``ORDERS_API_TOKEN`` into its card."""
 
-    def new_state(self, task_id: str, **fields: Any) -> AgentState:
+    def new_state(self, task_id: str, **fields: Any) -> OrdersState:
         # Read once, when the task is created: a resumed task keeps the token it was
         # created with (sealed in the store) whatever the environment says later.
         token = os.environ.get(TOKEN_ENV)

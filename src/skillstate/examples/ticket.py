@@ -215,7 +215,7 @@ def _reopen(state: TicketState, outcome: Outcome | None, ctx: SkillContext) -> N
 # ---------------------------------------------------------------- policy
 
 
-def decide(view: View) -> Action:
+def decide(view: View[TicketState]) -> Action:
     """The seed's rule-based ``call_llm``, reading the typed card instead of strings."""
     state = view.state
     assert isinstance(state, TicketState)

@@ -67,15 +67,14 @@ def __getattr__(name: str) -> Any:
 def open_provider(spec: str, *, base_url: str | None = None) -> Provider:
     """The provider ``spec`` names.
 
-    ``openai:MODEL``
-        any OpenAI-compatible chat-completions server; ``base_url`` points it at a
-        local one (vLLM, llama.cpp's server, Ollama), otherwise the SDK's default
-        (``OPENAI_BASE_URL`` or api.openai.com). Key from ``OPENAI_API_KEY``.
-    ``local`` / ``local:PATH``
-        a GGUF model in-process via llama.cpp: the bundled Gemma 3 270M, or the file
-        at ``PATH``.
-    ``replay:PATH``
-        the replies recorded in a cassette, checked against the requests.
+    - ``openai:MODEL``: any OpenAI-compatible chat-completions server; ``base_url``
+      points it at a local one (vLLM, llama.cpp's server, Ollama), otherwise the
+      SDK's default (``OPENAI_BASE_URL`` or api.openai.com). Key from
+      ``OPENAI_API_KEY``.
+    - ``local`` / ``local:PATH``: a GGUF model in-process via llama.cpp: the bundled
+      Gemma 3 270M, or the file at ``PATH``.
+    - ``replay:PATH``: the replies recorded in a cassette, checked against the
+      requests.
 
     Raises :class:`UsageError` for a spec of no known form (or ``base_url`` with a
     provider that has no server), :class:`~skillstate.errors.MissingExtra` when the

@@ -15,17 +15,19 @@ __all__ = ["SkillRegistry"]
 
 
 class SkillRegistry:
-    """Skills by name. ``registry.skill(...)`` declares one with a decorator::
+    """Skills by name.
 
-    skills = SkillRegistry()
+    ``registry.skill(...)`` declares one with a decorator::
 
-    @skills.skill(outputs=["priority"], step="gathering_info")
-    def record_priority(state: TicketState, params: PriorityParams, ctx) -> Outcome:
-        ...
+        skills = SkillRegistry()
 
-    @record_priority.verifier
-    def _(state: TicketState, outcome: Outcome) -> Verdict:
-        ...
+        @skills.skill(outputs=["priority"], step="gathering_info")
+        def record_priority(state: TicketState, params: PriorityParams, ctx) -> Outcome:
+            ...
+
+        @record_priority.verifier
+        def _(state: TicketState, outcome: Outcome) -> Verdict:
+            ...
     """
 
     def __init__(self, skills: Sequence[Skill[Any, Any]] = ()) -> None:

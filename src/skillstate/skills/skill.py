@@ -12,6 +12,7 @@ tools it may call (``tools``); its :class:`SkillContext` hands it only those.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ __all__ = [
     "SkillOptions",
     "ToolError",
     "Verdict",
+    "VerifyContext",
 ]
 
 P = TypeVar("P", bound=BaseModel)
@@ -219,6 +221,17 @@ class SkillContext:
         last = self.calls[-1]
         return Evidence(kind=kind, source=last.tool, summary=summary, ref=last.ref)
 
+    def attach(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
+        """Store ``data`` (a simulator snapshot, a generated file) as an artifact; its ref.
+
+        Write the ref into the state (``Outcome(writes={"snapshot_ref": ref})``): the
+        artifact is stored before the step commits, so a committed card never points
+        at a missing one (a crash in between leaves an unreferenced artifact, nothing
+        worse). Sealed at rest like tool outputs when a key is set; read it back with
+        :meth:`artifact` to restore an in-process environment after a crash.
+        """
+        return write_artifact(self._store, data, media_type=media_type)
+
     def artifact(self, ref: str) -> bytes:
         """Read a raw artifact back (e.g. a tool output an earlier step stored)."""
         return read_artifact(self._store, ref)
@@ -228,7 +241,27 @@ class SkillContext:
 
 
 RunFn = Callable[[S, P, SkillContext], Outcome]
-VerifyFn = Callable[[S, Outcome], "Verdict | bool"]
+
+
+@dataclass(frozen=True)
+class VerifyContext(Generic[S, P]):
+    """What a three-argument verify gets besides the new state and the outcome."""
+
+    before: S
+    """The state the step started from (``state`` is the candidate after its writes)."""
+    params: P
+    """The validated params the step ran with."""
+    attempt: int
+    key: str | None = None
+    """The effect's idempotency key (effectful skills)."""
+
+
+VerifyFn = (
+    Callable[[S, Outcome], "Verdict | bool"]
+    | Callable[[S, Outcome, "VerifyContext[S, Any]"], "Verdict | bool"]
+)
+"""``verify(state, outcome)``, or ``verify(state, outcome, ctx)`` to also see the state
+before the step and the params (:class:`VerifyContext`)."""
 WhenFn = Callable[[S], bool]
 RollbackFn = Callable[[S, "Outcome | None", SkillContext], None]
 ProbeFn = Callable[[S, P, SkillContext], "Outcome | None"]
@@ -307,6 +340,8 @@ class Skill(Generic[S, P]):
         self.max_retries = max_retries
         self._run = run
         self._verify = verify
+        # Asked once, not on every attempt: does the verifier take a VerifyContext?
+        self._verify_context = verify is not None and _takes_context(verify)
         self._when: WhenFn[S] = when or _always
         self._rollback = rollback
         self.effects = effects
@@ -323,6 +358,7 @@ class Skill(Generic[S, P]):
     #   def _(state, outcome): ...
     def verifier(self, fn: VerifyFn[S]) -> VerifyFn[S]:
         self._verify = fn
+        self._verify_context = _takes_context(fn)
         return fn
 
     def precondition(self, fn: WhenFn[S]) -> WhenFn[S]:
@@ -369,10 +405,19 @@ class Skill(Generic[S, P]):
             raise TypeError(f"skill {self.name!r} returned {type(outcome).__name__}, not Outcome")
         return outcome
 
-    def verify(self, state: S, outcome: Outcome) -> Verdict:
+    def verify(
+        self, state: S, outcome: Outcome, context: VerifyContext[S, Any] | None = None
+    ) -> Verdict:
+        """Run the verifier on the candidate ``state``; ``context`` reaches a verifier that
+        takes three arguments."""
         if self._verify is None:
             raise UsageError(f"skill {self.name!r} has no verify")
-        verdict = self._verify(state, outcome)
+        if self._verify_context:
+            if context is None:
+                raise UsageError(f"the verify of skill {self.name!r} needs a VerifyContext")
+            verdict = self._verify(state, outcome, context)  # type: ignore[call-arg]
+        else:
+            verdict = self._verify(state, outcome)  # type: ignore[call-arg]
         if isinstance(verdict, Verdict):
             return verdict
         return Verdict(ok=bool(verdict), reason="" if verdict else "verify returned False")
@@ -390,6 +435,16 @@ class Skill(Generic[S, P]):
 
     def __repr__(self) -> str:
         return f"Skill({self.name!r}, version={self.version!r})"
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether a verifier accepts a third (context) argument."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
 
 
 def _covers(declared: str, path: str) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from typing_extensions import Self
@@ -37,6 +37,7 @@ __all__ = [
     "Decision",
     "Driver",
     "ErrorEntry",
+    "ErrorKind",
     "Evidence",
     "FailedAttempt",
     "Fingerprint",
@@ -161,13 +162,36 @@ class Evidence(_Record):
     """Content address of the raw artifact (``sha256:...``), fetched only on demand."""
 
 
+ErrorKind = Literal[
+    "illegal_transition",
+    "action_rejected",
+    "decision_failed",
+    "verify_failed",
+    "verify_error",
+    "skill_error",
+    "tool_not_allowed",
+    "output_not_declared",
+    "invalid_output",
+    "invariant_failed",
+    "step_failed",
+    "rollback_failed",
+    "task_failed",
+    "stale_step",
+    "stalled",
+    "budget",
+    "compensation_failed",
+]
+"""What went wrong, as a typed tag: a policy (or mypy) can tell the kinds apart."""
+
+
 class ErrorEntry(_Record):
     """One entry of the error log."""
 
-    kind: str
-    """``illegal_transition``, ``verify_failed``, ``skill_error``, ``action_rejected``,
-    ``output_not_declared``, ``step_failed``, ``rollback_failed``, ``invariant_failed``,
-    ``stalled``, ``stale_step``, ``compensation_failed``, ``budget``, ``task_failed``."""
+    kind: ErrorKind
+    """The attempt's failure (``verify_failed``, ``skill_error``, ``invariant_failed``,
+    ``output_not_declared``, ...), the step's summary (``step_failed``), a refused
+    decision (``action_rejected``, ``illegal_transition``, ``decision_failed``), or the
+    runtime's note (``stalled``, ``stale_step``, ``budget``, ``compensation_failed``)."""
     message: str
     step_id: str | None = None
     skill: str | None = None
@@ -278,7 +302,8 @@ class AgentState(BaseModel):
     ``completed_steps`` but still counts), so it numbers logical steps: effect keys
     use it as the step's position."""
     pending_steps: tuple[str, ...] = ()
-    """The remaining plan; a label is removed when a skill or step of that name completes."""
+    """The remaining plan; its first entry with the name of a completed skill (or else of
+    its step) is removed, so a plan may name the same skill more than once."""
     facts: dict[str, Any] = Field(default_factory=dict)
     """Key results that later decisions need (small values, not raw tool output)."""
     evidence: tuple[Evidence, ...] = ()
@@ -372,11 +397,16 @@ class AgentState(BaseModel):
         """Append ``record`` unless a step with its id is already recorded (idempotent)."""
         if self.has_step(record.id):
             return self
-        pending = tuple(p for p in self.pending_steps if p not in {record.skill, record.step})
+        # One plan entry per step: a plan may name the same skill twice.
+        pending = list(self.pending_steps)
+        for label in (record.skill, record.step):
+            if label in pending:
+                pending.remove(label)
+                break
         return self.replace(
             completed_steps=(*self.completed_steps, record),
             steps_taken=self.steps_taken + 1,
-            pending_steps=pending,
+            pending_steps=tuple(pending),
         )
 
     def with_evidence(self, items: Iterable[Evidence]) -> Self:

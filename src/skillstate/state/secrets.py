@@ -90,9 +90,9 @@ SENSITIVE = _SensitiveMarker()
 
 T = TypeVar("T")
 
-#: ``Sensitive[X]`` is ``Annotated[X, SENSITIVE]``: type checkers and pydantic see an
-#: ``X`` (the value in memory is usable as is); skillstate seals it on the way out.
 Sensitive = Annotated[T, SENSITIVE]
+"""``Sensitive[X]`` is ``Annotated[X, SENSITIVE]``: type checkers and pydantic see an
+``X`` (the value in memory is usable as is); skillstate seals it on the way out."""
 
 
 # ---------------------------------------------------------------- which fields

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from skillstate.llm.tokens import count_tokens, tokenizer_name
-from skillstate.state.model import AgentState
+from skillstate.state.model import AgentState, FailedAttempt
 from skillstate.state.secrets import MASK, sensitive_fields
 
 if TYPE_CHECKING:
@@ -34,16 +34,21 @@ if TYPE_CHECKING:
 
 __all__ = ["View", "render_view"]
 
+S_co = TypeVar("S_co", bound=AgentState, covariant=True)
+S = TypeVar("S", bound=AgentState)
+"""The agent's state class (a view only hands it out: covariant)."""
+
 RECENT_STEPS = 5
 RECENT_EVIDENCE = 5
 VALUE_CHARS = 200
 
 
 @dataclass(frozen=True)
-class View:
-    """What the policy sees for one decision."""
+class View(Generic[S_co]):
+    """What the policy sees for one decision, typed by the agent's state class:
+    ``View[TripState]`` gives ``view.state`` as a ``TripState``."""
 
-    state: AgentState
+    state: S_co
     text: str
     """The rendered prompt view, exactly as a model would receive it."""
     skills: tuple[str, ...]
@@ -73,6 +78,13 @@ class View:
         return self.state.inbox
 
     @property
+    def last_failure(self) -> FailedAttempt | None:
+        """What the latest decision without progress tried and why it did not work
+        (typed; ``None`` when the task has made progress since). React to this rather
+        than to the text of the error log."""
+        return self.state.tried[-1] if self.state.tried else None
+
+    @property
     def action_schema(self) -> dict[str, Any]:
         """The response schema of this decision (see :func:`decision_schema`)."""
         from skillstate.engine.actions import decision_schema
@@ -81,7 +93,7 @@ class View:
 
 
 def render_view(
-    state: AgentState,
+    state: S,
     *,
     machine: StateMachine | None = None,
     skills: Sequence[Skill[Any, Any]] = (),
@@ -90,7 +102,7 @@ def render_view(
     agent_description: str = "",
     can_ask: bool = True,
     value_chars: int = VALUE_CHARS,
-) -> View:
+) -> View[S]:
     """Render ``state`` into a :class:`View`, trimmed to ``budget`` tokens if given."""
     # A finished task has nothing left to call; a skill applies when its `when` holds
     # and the machine allows entering its step from here (else calling it could

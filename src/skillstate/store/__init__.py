@@ -14,9 +14,10 @@ __all__ = ["DEFAULT_STORE_URL", "Checkpoint", "Store", "default_store_url", "ope
 
 DEFAULT_STORE_URL = "sqlite:///.skillstate/state.db"
 
-# scheme -> "module:factory"; a factory takes the URL. Later backends add a line here.
+# scheme -> "module:factory"; a factory takes the URL and ``create`` (a keyword).
+# Later backends add a line here.
 _BACKENDS: dict[str, str] = {
-    "memory": "skillstate.store.memory:MemoryStore",
+    "memory": "skillstate.store.memory:MemoryStore.from_url",
     "sqlite": "skillstate.store.sqlite:SQLiteStore.from_url",
     "postgresql": "skillstate.store.postgres:PostgresStore.from_url",
     "postgres": "skillstate.store.postgres:PostgresStore.from_url",
@@ -31,10 +32,21 @@ def default_store_url() -> str:
     return os.environ.get("SKILLSTATE_STORE") or DEFAULT_STORE_URL
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """Open the store a URL names: ``memory://``, ``sqlite:///path.db``, ``file://dir``,
     ``postgresql://user@host/db?schema=NAME`` (or ``postgres://``),
-    ``redis://host:6379/0?prefix=NAME`` (``rediss://`` for TLS)."""
+    ``redis://host:6379/0?prefix=NAME`` (``rediss://`` for TLS).
+
+    ``create=True`` (writers) creates the store when it does not exist yet: the
+    SQLite file and its directories, the files directory, the PostgreSQL schema and
+    its tables, the Redis layout record. ``create=False`` (commands that only read)
+    creates and writes nothing for a store that is not there and raises
+    :class:`~skillstate.errors.StoreNotFound` naming the URL instead: no SQLite file
+    (or one without a store's tables), no such directory, no such PostgreSQL schema
+    (or one without a store's tables), no skillstate data under the Redis prefix.
+    ``memory://`` is empty on every open either way. A store that exists opens the
+    same either way (an older layout is upgraded, as on every open).
+    """
     url = url or default_store_url()
     scheme, sep, _ = url.partition("://")
     if not sep or scheme not in _BACKENDS:
@@ -44,5 +56,5 @@ def open_store(url: str | None = None) -> Store:
     target: object = importlib.import_module(module_name)
     for part in attr.split("."):
         target = getattr(target, part)
-    factory = cast("Callable[[str], Store]", target)
-    return factory(url)
+    factory = cast("Callable[..., Store]", target)
+    return factory(url, create=create)

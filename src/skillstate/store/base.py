@@ -45,6 +45,7 @@ from skillstate.events import Event
 __all__ = [
     "Checkpoint",
     "CheckpointInfo",
+    "HeadInfo",
     "Lease",
     "PruneResult",
     "Store",
@@ -93,6 +94,36 @@ class Lease:
     commit that carries an older generation than the task's is refused
     (:class:`~skillstate.errors.LeaseLost`), so a worker that was taken over can
     never write again."""
+
+
+@dataclass(frozen=True)
+class HeadInfo:
+    """What :meth:`Store.heads` lists per task: its head's summary, read as stored.
+
+    Nothing here is validated against an agent's state class or checked against the
+    head's checksum: it is what the store holds, for listing. A record that does not
+    read is still listed, with ``problem`` saying why.
+    """
+
+    task_id: str
+    version: int | None
+    """The stored version (``None`` when the record's version does not read)."""
+    updated_at: datetime | None
+    """When the head was committed (UTC; ``None`` when the stored time does not read)."""
+    status: str | None = None
+    current_step: str | None = None
+    agent: str | None = None
+    """The card's ``status``, ``current_step`` and ``agent`` as stored: text as it is,
+    another JSON value as its JSON text, ``None`` when absent or the head does not read."""
+    lease: Lease | None = None
+    """The task's lease while a worker holds it, live or expired; ``None`` when none
+    does (never claimed, or released)."""
+    problem: str | None = None
+    """Why the head record does not read (not JSON, not an object, no version...): one
+    line. ``None`` when it reads."""
+    lease_problem: str | None = None
+    """Why the stored lease does not read; ``lease`` is then what could be salvaged
+    (an unreadable expiry as ``datetime.max``)."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +207,16 @@ class Store(Protocol):
 
     def tasks(self) -> list[str]:
         """Ids of every task in the store, sorted."""
+        ...
+
+    def heads(self) -> list[HeadInfo]:
+        """Every task's head summary and lease, sorted by task id (read-only, bulk).
+
+        One pass over the store, not a :meth:`load` per task: for listing many tasks.
+        Heads are read as stored (no checksum, no validation); a head or lease that
+        does not read is listed with :attr:`HeadInfo.problem` (or ``lease_problem``)
+        instead of raising. Only the store being unreachable raises.
+        """
         ...
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:

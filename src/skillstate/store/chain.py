@@ -338,6 +338,8 @@ def load_document(task_id: str, version: int | None, text: str | bytes) -> dict[
         document = json.loads(text)
     except ValueError as exc:
         raise StateCorrupted(task_id, version, f"stored state is not valid JSON ({exc})") from exc
+    except RecursionError:
+        raise StateCorrupted(task_id, version, "stored state is nested too deeply") from None
     if not isinstance(document, dict):
         raise StateCorrupted(task_id, version, "stored state is not a JSON object")
     return document
@@ -358,6 +360,8 @@ def restore_event(
     except ValueError as exc:
         reason = " ".join(str(exc).split())
         raise StateCorrupted(task_id, version, f"stored event does not load ({reason})") from exc
+    except RecursionError:
+        raise StateCorrupted(task_id, version, "stored event is nested too deeply") from None
     if version is not None and (event.task_id != task_id or event.version != version):
         raise StateCorrupted(
             task_id,
@@ -397,6 +401,8 @@ def rebuild(task_id: str, version: int, rows: Sequence[Row]) -> dict[str, Any]:
             document = jsonpatch.apply_patch(document, ops, in_place=True)
         except (ValueError, jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
             raise StateCorrupted(task_id, row.version, f"delta does not apply ({exc})") from exc
+        except RecursionError:
+            raise StateCorrupted(task_id, row.version, "delta is nested too deeply") from None
     last = rows[-1]
     if last.snapshot is None:
         verify_document(task_id, version, document, last.digest)

@@ -90,12 +90,14 @@ from typing import Any
 
 import yaml
 
+from skillstate._yaml import check_events
 from skillstate.errors import (
     ArtifactNotFound,
     InvalidStoreURL,
     StaleState,
     StateCorrupted,
     StoreError,
+    StoreNotFound,
     TaskNotFound,
     UsageError,
 )
@@ -104,6 +106,7 @@ from skillstate.store import fileio, files_rewrite
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
+    HeadInfo,
     Lease,
     PruneResult,
     artifact_ref,
@@ -129,6 +132,7 @@ from skillstate.store.chain import (
     take_snapshot,
     verify_digest,
 )
+from skillstate.store.heads import head_info
 
 __all__ = ["FilesStore", "task_dir_name", "task_id_from_dir"]
 
@@ -204,11 +208,23 @@ class FilesStore:
     """A store in a directory tree of YAML, JSON and JSON Lines files."""
 
     def __init__(
-        self, root: str | Path, *, url: str | None = None, max_chain: int = DEFAULT_MAX_CHAIN
+        self,
+        root: str | Path,
+        *,
+        url: str | None = None,
+        max_chain: int = DEFAULT_MAX_CHAIN,
+        create: bool = True,
     ) -> None:
+        """Open the store in ``root``; with ``create`` (the default), create it first.
+
+        ``create=False`` opens only a directory that exists (``StoreNotFound``
+        otherwise) and creates nothing.
+        """
         self.root = Path(root)
         self.url = url or f"file://{self.root}"
         self.max_chain = max_chain
+        if not create and not self.root.exists():
+            raise StoreNotFound(self.url)
         try:
             fileio.make_dirs(self.root)
         except OSError as exc:
@@ -220,7 +236,7 @@ class FilesStore:
         self._locks: dict[str, threading.Lock] = {}
 
     @classmethod
-    def from_url(cls, url: str) -> FilesStore:
+    def from_url(cls, url: str, *, create: bool = True) -> FilesStore:
         path, _, query = url.split("://", 1)[1].partition("?")
         if query:
             names = sorted({p.partition("=")[0] for p in query.split("&") if p}) or [query]
@@ -229,7 +245,7 @@ class FilesStore:
             )
         if not path:
             raise InvalidStoreURL(f"{url!r} names no directory (try file://.skillstate/files)")
-        return cls(path, url=url)
+        return cls(path, url=url, create=create)
 
     # ------------------------------------------------------------------ protocol
 
@@ -345,6 +361,44 @@ class FilesStore:
             if task_id is not None and os.path.isfile(os.path.join(entry.path, _HEAD)):
                 found.append(task_id)
         return sorted(found)
+
+    def heads(self) -> list[HeadInfo]:
+        """A scan of the store directory: each task's head.json and lease.json, read once."""
+        try:
+            entries = list(os.scandir(self.root))
+        except OSError as exc:
+            raise fileio.os_error("list", self.root, exc) from exc
+        infos = []
+        for entry in entries:
+            task_id = task_id_from_dir(entry.name)
+            if task_id is None:
+                continue
+            directory = Path(entry.path)
+            head: _Head | None = None
+            problem = None
+            try:
+                head = self._head(task_id, directory, verify=False)
+                if head is None:
+                    continue  # never committed to (a lease but no head.json): not a task
+            except (StateCorrupted, StoreError) as exc:
+                problem = _reason(exc)
+            record, lease_problem = None, None
+            try:
+                record = self._lease_record(task_id, directory)
+            except (StateCorrupted, StoreError) as exc:
+                lease_problem = _reason(exc)
+            infos.append(
+                head_info(
+                    task_id,
+                    head.version if head else None,
+                    head.state if head else None,
+                    head.updated_at if head else None,
+                    record,
+                    problem=problem,
+                    lease_problem=lease_problem,
+                )
+            )
+        return sorted(infos, key=lambda info: info.task_id)
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
         directory = self._dir(task_id)
@@ -539,6 +593,9 @@ class FilesStore:
             return None
         except OSError as exc:
             raise fileio.os_error("read", directory / name, exc) from exc
+        refused = check_events(text)
+        if refused is not None:
+            raise StateCorrupted(task_id, version, f"{name} refused: {refused}")
         try:
             doc = yaml.load(text, Loader=_YamlLoader)
         except yaml.YAMLError as exc:
@@ -700,6 +757,11 @@ def _timestamp(value: Any) -> datetime:
     # A hand-edited file may lose the quotes, and YAML then reads a datetime.
     stamp = value if isinstance(value, datetime) else datetime.fromisoformat(value)
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
+
+
+def _reason(exc: StoreError) -> str:
+    """What a per-task failure says, without the task (a listing names it already)."""
+    return exc.reason if isinstance(exc, StateCorrupted) else str(exc)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -4,7 +4,9 @@ It keeps exactly what a durable backend keeps (the serialized head and its
 checksum, delta chains, events without their patches, lease records) so that it
 behaves like one, prune, checksums and damaged records included.
 
-URL: ``memory://``; it takes no options.
+URL: ``memory://``; it takes no options. It holds nothing before it is opened, so
+``open_store("memory://", create=False)`` opens an empty store like any other open:
+there is nothing on disk or on a server to create or to find.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from skillstate.events import Event, utcnow
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
+    HeadInfo,
     Lease,
     PruneResult,
     artifact_ref,
@@ -50,6 +53,7 @@ from skillstate.store.chain import (
     salvage_lease,
     take_snapshot,
 )
+from skillstate.store.heads import head_info
 from skillstate.store.rewriting import Body, plan_rewrite
 
 __all__ = ["MemoryStore"]
@@ -88,6 +92,11 @@ class MemoryStore:
         self._tasks: dict[str, _Task] = {}
         self._leases: dict[str, _LeaseRecord] = {}
         self._artifacts: dict[str, bytes] = {}
+
+    @classmethod
+    def from_url(cls, url: str = "memory://", *, create: bool = True) -> MemoryStore:
+        """``memory://``; ``create`` changes nothing (see the module docstring)."""
+        return cls(url)
 
     def load(self, task_id: str, *, verify: bool = True) -> Checkpoint:
         check_task_id(task_id)
@@ -168,6 +177,17 @@ class MemoryStore:
     def tasks(self) -> list[str]:
         with self._lock:
             return sorted(self._tasks)
+
+    def heads(self) -> list[HeadInfo]:
+        with self._lock:
+            tasks = [
+                (t, task.version, task.head, task.updated_at) for t, task in self._tasks.items()
+            ]
+            leases = {t: (r.worker, r.expires, r.generation) for t, r in self._leases.items()}
+        return [
+            head_info(task_id, version, head, updated_at, leases.get(task_id))
+            for task_id, version, head, updated_at in sorted(tasks)
+        ]
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
         check_task_id(task_id)

@@ -73,6 +73,7 @@ from skillstate.errors import (
     StaleState,
     StateCorrupted,
     StoreError,
+    StoreNotFound,
     StoreUnavailable,
     TaskNotFound,
 )
@@ -80,6 +81,7 @@ from skillstate.events import Event
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
+    HeadInfo,
     Lease,
     PruneResult,
     artifact_ref,
@@ -103,6 +105,7 @@ from skillstate.store.chain import (
     salvage_lease,
     take_snapshot,
 )
+from skillstate.store.heads import head_info
 from skillstate.store.postgres_sql import MIGRATIONS, Queries
 from skillstate.store.rewriting import Body, plan_rewrite
 
@@ -213,11 +216,15 @@ class PostgresStore:
         max_chain: int = DEFAULT_MAX_CHAIN,
         max_connections: int = 10,
         timeout: float = 10.0,
+        create: bool = True,
     ) -> None:
         """Connect, create or upgrade the schema, and open a connection pool.
 
         ``max_connections`` bounds the pool (one per thread using the store at
         once); ``timeout`` is how long an operation waits for a free connection.
+        ``create=False`` opens only a store that exists: a schema that is missing,
+        or holds no store's tables, is ``StoreNotFound`` and nothing is created;
+        one that exists is upgraded like any other.
         """
         psycopg = _driver()
         from psycopg_pool import ConnectionPool
@@ -249,6 +256,8 @@ class PostgresStore:
         # connection exists.
         try:
             with psycopg.connect(parsed.conninfo, **extra) as conn:
+                if not create and not self._exists(conn):
+                    raise StoreNotFound(self.url, f"no skillstate schema {self.schema!r}")
                 self._migrate(conn)
         except psycopg.Error as exc:
             raise _wrap(f"cannot open PostgreSQL store {self.url}", exc) from exc
@@ -269,8 +278,8 @@ class PostgresStore:
             raise _wrap(f"cannot open PostgreSQL store {self.url}", exc) from exc
 
     @classmethod
-    def from_url(cls, url: str) -> PostgresStore:
-        return cls(url)
+    def from_url(cls, url: str, *, create: bool = True) -> PostgresStore:
+        return cls(url, create=create)
 
     # ------------------------------------------------------------------ schema
 
@@ -284,6 +293,11 @@ class PostgresStore:
         with self._connection() as conn:
             rows = conn.execute(f"SELECT version FROM {self._sql.migrations} ORDER BY version")
             return [row[0] for row in rows]
+
+    def _exists(self, conn: Connection[Any]) -> bool:
+        """Whether the schema holds a store (its migrations table); reads, creates nothing."""
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (self._sql.migrations,))
+        return bool(row.fetchone() == (True,))
 
     def _migrate(self, conn: Connection[Any]) -> None:
         with conn.transaction():
@@ -461,6 +475,35 @@ class PostgresStore:
     def tasks(self) -> list[str]:
         with self._connection() as conn:
             return [row[0] for row in conn.execute(self._sql.tasks)]
+
+    def heads(self) -> list[HeadInfo]:
+        """One statement over ``tasks`` joined with ``leases``; heads are parsed here.
+
+        PostgreSQL 15 has no way to test text for valid JSON without failing the
+        statement, and large heads are stored compressed, so the whole heads travel.
+        """
+        with self._connection() as conn:
+            rows = conn.execute(self._sql.heads, binary=True).fetchall()
+        infos = []
+        for task_id, version, updated_at, head, head_z, has_lease, *lease in rows:
+            text: str | bytes | None = head
+            problem = None
+            if head_z is not None:
+                try:
+                    text = _inflate(task_id, version, head_z)
+                except StateCorrupted as exc:
+                    text, problem = None, exc.reason
+            infos.append(
+                head_info(
+                    task_id,
+                    version,
+                    text,
+                    _utc(updated_at),
+                    (lease[0], lease[1], lease[2]) if has_lease else None,
+                    problem=problem,
+                )
+            )
+        return infos
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
         check_task_id(task_id)

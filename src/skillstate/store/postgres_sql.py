@@ -221,6 +221,13 @@ class Queries:
             WHERE e.task_id = %s AND e.version > %s ORDER BY e.version
         """
         self.tasks = f"SELECT task_id FROM {tasks} ORDER BY task_id"
+        self.heads = f"""
+            SELECT t.task_id, t.version, t.updated_at, t.head, t.head_z,
+                   l.task_id IS NOT NULL, l.worker,
+                   extract(epoch FROM l.expires_at)::float8, l.generation
+            FROM {tasks} t LEFT JOIN {leases} l ON l.task_id = t.task_id
+            ORDER BY t.task_id
+        """
 
         self.lock_task = f"SELECT version FROM {tasks} WHERE task_id = %s FOR UPDATE"
         self.prune_rows = (

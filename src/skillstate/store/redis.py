@@ -63,6 +63,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
+from functools import partial
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -76,6 +77,7 @@ from skillstate.errors import (
     StaleState,
     StateCorrupted,
     StoreError,
+    StoreNotFound,
     StoreUnavailable,
     TaskNotFound,
 )
@@ -84,6 +86,7 @@ from skillstate.store import redis_lua, redis_rewrite
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
+    HeadInfo,
     Lease,
     PruneResult,
     artifact_ref,
@@ -106,6 +109,7 @@ from skillstate.store.chain import (
     salvage_lease,
     take_snapshot,
 )
+from skillstate.store.heads import head_info
 from skillstate.store.redis_url import DEFAULT_PREFIX, glob_escape
 from skillstate.store.redis_url import parse_url as _parse_url
 
@@ -164,8 +168,19 @@ class RedisStore:
     """A store in a Redis database, shared by every process that opens the same URL."""
 
     def __init__(
-        self, url: str = "redis://127.0.0.1:6379/0", *, max_chain: int = DEFAULT_MAX_CHAIN
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        max_chain: int = DEFAULT_MAX_CHAIN,
+        create: bool = True,
     ) -> None:
+        """Connect (a short ping first) and apply missing layout migrations.
+
+        There is nothing to create on a Redis server, but a store exists once
+        something was stored under its prefix: ``create=False`` opens only a prefix
+        that holds skillstate data (its layout record or its task index), and is
+        ``StoreNotFound`` naming the URL otherwise, having written nothing.
+        """
         module = _redis()
         self._redis = module
         client_url, prefix, masked = _parse_url(url, module)
@@ -190,14 +205,16 @@ class RedisStore:
         self._release = self._client.register_script(redis_lua.RELEASE)
         self._force_release = self._client.register_script(redis_lua.FORCE_RELEASE)
         try:
+            if not create and not self._exists():
+                raise StoreNotFound(self.url, f"no skillstate data under prefix {prefix!r}")
             self.setup()
         except BaseException:
             self.close()
             raise
 
     @classmethod
-    def from_url(cls, url: str) -> RedisStore:
-        return cls(url)
+    def from_url(cls, url: str, *, create: bool = True) -> RedisStore:
+        return cls(url, create=create)
 
     # ------------------------------------------------------------------ schema
 
@@ -211,6 +228,11 @@ class RedisStore:
                     continue
                 migrate(self._client, self.prefix)
                 self._client.hsetnx(key, str(version), utcnow().isoformat())
+
+    def _exists(self) -> bool:
+        """Whether anything of a store is under the prefix: its layout record or task index."""
+        with self._errors():
+            return bool(self._client.exists(self._key("schema"), self._key("tasks")))
 
     def schema_versions(self) -> list[int]:
         """Layout versions recorded in this database, oldest first.
@@ -403,6 +425,41 @@ class RedisStore:
         with self._errors():
             members = self._client.zrange(self._key("tasks"), 0, -1)
         return sorted(cast("bytes", m).decode() for m in members)
+
+    def heads(self) -> list[HeadInfo]:
+        """The task index, then each task's head fields and lease hash, pipelined in chunks."""
+        ids = self.tasks()
+        infos = []
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start : start + _CHUNK]
+            with self._errors():
+                pipe = self._client.pipeline(transaction=False)
+                for task_id in chunk:
+                    pipe.hmget(self._key("task", task_id), ["version", "head", "updated_at"])
+                    pipe.hmget(self._key("lease", task_id), ["worker", "expires", "generation"])
+                replies = pipe.execute()
+            for i, task_id in enumerate(chunk):
+                version, head, updated_at = replies[2 * i]
+                worker, expires, generation = replies[2 * i + 1]
+                number = _number(version)
+                problem = None
+                if version is None:
+                    problem = "the task is indexed but has no task record"
+                elif updated_at is None:
+                    problem = "the task record has no head"
+                infos.append(
+                    head_info(
+                        task_id,
+                        number,
+                        head,
+                        None if updated_at is None else partial(_time, task_id, None, updated_at),
+                        None
+                        if worker is None and generation is None
+                        else _lease_fields(worker, expires, generation),
+                        problem=problem,
+                    )
+                )
+        return infos
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
         check_task_id(task_id)

@@ -24,6 +24,7 @@ lease is released (the row, and so the generation, stays).
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -31,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
@@ -41,12 +43,14 @@ from skillstate.errors import (
     StaleState,
     StateCorrupted,
     StoreError,
+    StoreNotFound,
     TaskNotFound,
 )
 from skillstate.events import Event, utcnow
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
+    HeadInfo,
     Lease,
     PruneResult,
     artifact_ref,
@@ -71,6 +75,7 @@ from skillstate.store.chain import (
     salvage_lease,
     take_snapshot,
 )
+from skillstate.store.heads import head_info
 from skillstate.store.rewriting import Body, plan_rewrite
 
 __all__ = ["SQLiteStore"]
@@ -171,6 +176,27 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 _WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
 """Checkpoint the WAL in the background once it is this large."""
 
+# Store.heads in one statement: each head's summary fields are extracted by SQLite's
+# JSON functions (a JSON array of the three values), so Python never parses a whole
+# head. A head those functions do not take as a JSON object comes back whole instead
+# (``CASE`` stops at the first match, so a malformed head is never passed to
+# json_type or json_extract, which would fail the statement), and Python reports why.
+_HEADS = """
+    SELECT task_id, version, updated_at, summary, CASE WHEN summary IS NULL THEN head END,
+           has_lease, worker, expires_at, generation
+    FROM (
+        SELECT t.task_id, t.version, t.updated_at, t.head,
+               CASE WHEN typeof(t.head) IS NOT 'text' THEN NULL
+                    WHEN NOT json_valid(t.head) THEN NULL
+                    WHEN json_type(t.head) IS NOT 'object' THEN NULL
+                    ELSE json_extract(t.head, '$.status', '$.current_step', '$.agent')
+               END AS summary,
+               l.task_id IS NOT NULL AS has_lease, l.worker, l.expires_at, l.generation
+        FROM tasks t LEFT JOIN leases l ON l.task_id = t.task_id
+    )
+    ORDER BY task_id
+"""
+
 
 class SQLiteStore:
     """A store in one SQLite file (or in memory)."""
@@ -182,16 +208,28 @@ class SQLiteStore:
         url: str | None = None,
         max_chain: int = DEFAULT_MAX_CHAIN,
         synchronous: str = "normal",
+        create: bool = True,
     ) -> None:
+        """Open (and with ``create``, first create) the database at ``path``.
+
+        ``create=False`` opens only a store that exists: a missing file, or a file
+        without a store's tables (an empty one), is ``StoreNotFound`` and nothing is
+        created or written (not even the WAL mode) until the file is known to hold a
+        store; one that does is upgraded like any other.
+        """
         self.path = str(path)
         self.url = url or f"sqlite:///{self.path}"
         self.max_chain = max_chain
         if synchronous.lower() not in {"normal", "full"}:
             raise InvalidStoreURL(f"synchronous must be normal or full, got {synchronous!r}")
         try:
-            if self.path != ":memory:":
+            if self.path == ":memory:":
+                self._conn = _connect(self.path, synchronous.upper())
+            elif create:
                 _create_private(Path(self.path))
-            self._conn = _connect(self.path, synchronous.upper())
+                self._conn = _connect(self.path, synchronous.upper())
+            else:
+                self._conn = _open_existing(self.path, self.url, synchronous.upper())
         except (OSError, sqlite3.Error) as exc:
             # A path that cannot hold a database is bad input, not a backend fault.
             raise InvalidStoreURL(f"cannot open SQLite database {self.path!r}: {exc}") from exc
@@ -203,7 +241,7 @@ class SQLiteStore:
             self._checkpointer = _WalCheckpointer(self.path)
 
     @classmethod
-    def from_url(cls, url: str) -> SQLiteStore:
+    def from_url(cls, url: str, *, create: bool = True) -> SQLiteStore:
         """``sqlite:///path.db``; ``?synchronous=full`` also survives power loss (slower)."""
         rest, _, query = url.split("://", 1)[1].partition("?")
         path = rest[1:] if rest.startswith("/") else rest
@@ -216,7 +254,7 @@ class SQLiteStore:
         unknown = set(options) - {"synchronous"}
         if unknown:
             raise InvalidStoreURL(f"unknown SQLite URL option(s): {', '.join(sorted(unknown))}")
-        return cls(path, url=url, synchronous=options.get("synchronous", "normal"))
+        return cls(path, url=url, synchronous=options.get("synchronous", "normal"), create=create)
 
     # ------------------------------------------------------------------ schema
 
@@ -374,6 +412,27 @@ class SQLiteStore:
 
     def tasks(self) -> list[str]:
         return [row[0] for row in self._all("SELECT task_id FROM tasks ORDER BY task_id", ())]
+
+    def heads(self) -> list[HeadInfo]:
+        """One statement over ``tasks`` joined with ``leases`` (see ``_HEADS``)."""
+        infos = []
+        for row in self._all(_HEADS, ()):
+            task_id, version, updated_at, summary, head, has_lease, *lease = row
+            problem = None
+            if summary is None and not isinstance(head, str):
+                problem = "the task row has no valid version and head"
+            infos.append(
+                head_info(
+                    task_id,
+                    version,
+                    head,
+                    partial(_time, task_id, None, updated_at),
+                    (lease[0], lease[1], lease[2]) if has_lease else None,
+                    fields=json.loads(summary) if summary is not None else None,
+                    problem=problem,
+                )
+            )
+        return infos
 
     def prune(self, task_id: str, *, keep_last: int, keep_every: int | None = None) -> PruneResult:
         check_task_id(task_id)
@@ -594,17 +653,48 @@ def _create_private(path: Path) -> None:
         os.close(fd)
 
 
+def _open_existing(path: str, url: str, synchronous: str) -> sqlite3.Connection:
+    """A connection to the store at ``path``; ``StoreNotFound`` when there is none.
+
+    The file is opened read-write without ``O_CREAT`` (SQLite's ``mode=rw``), and is
+    checked to hold a store's tables before :func:`_connect`'s pragmas run: on an
+    empty file, switching to WAL mode would already write a database header.
+    """
+    if not os.path.exists(path):
+        raise StoreNotFound(url)
+    uri = Path(path).absolute().as_uri() + "?mode=rw"
+    conn = sqlite3.connect(
+        uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0
+    )
+    try:
+        found = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+        ).fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    if found is None:
+        conn.close()
+        raise StoreNotFound(url, "the file holds no skillstate tables")
+    _configure(conn, synchronous)
+    return conn
+
+
 def _connect(path: str, synchronous: str) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN ourselves, so the lock mode is explicit.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    _configure(conn, synchronous)
+    return conn
+
+
+def _configure(conn: sqlite3.Connection, synchronous: str) -> None:
+    conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA journal_mode=WAL")
     # NORMAL (the default) is safe from corruption and from a killed process in WAL
     # mode; a power cut or OS crash may lose the last commits, never half of one.
     # FULL fsyncs every commit, for when even that is not acceptable.
     conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute("PRAGMA busy_timeout=30000")
     conn.execute("PRAGMA wal_autocheckpoint=0")
-    return conn
 
 
 def _pack(text: str | None) -> str | bytes | None:

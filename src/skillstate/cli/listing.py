@@ -1,0 +1,195 @@
+"""Listing a store's tasks: ``skillstate tasks`` (alias ``skillstate list``).
+
+It reads the store and nothing else: the store is opened without being created
+(``open_store(url, create=False)``), every head comes from one bulk read
+(:meth:`~skillstate.store.base.Store.heads`), no agent is imported and no card is
+validated against an agent's state class. The card's ``agent`` field is shown as
+the data it is. A head that does not read is listed as ``unreadable`` with the
+reason; it never stops the listing.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from skillstate.cli._app import JsonOpt, StoreOpt, app
+from skillstate.cli._common import _store
+
+if TYPE_CHECKING:
+    from skillstate.store.base import HeadInfo, Lease
+
+UNREADABLE = "unreadable"
+"""The status a task whose head does not read is listed (and filtered) with."""
+
+StatusOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--status",
+        help="Only tasks with this status (repeatable): created, running, waiting_user, "
+        f"completed, failed, or {UNREADABLE} (a head that does not read).",
+        show_default=False,
+    ),
+]
+AgentFilterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        help="Only tasks whose card names this agent (MODULE:ATTR, compared as text: "
+        "nothing is imported).",
+        show_default=False,
+    ),
+]
+
+
+def list_tasks(
+    store: StoreOpt = None,
+    status: StatusOpt = None,
+    agent: AgentFilterOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every task in the store: status, step, version, last update, agent and lease
+    (alias: list)."""
+    wanted = _statuses(status)
+    db = _store(store, create=False)
+    try:
+        heads = db.heads()
+    finally:
+        db.close()
+    rows = [
+        head
+        for head in heads
+        if (wanted is None or _status(head) in wanted) and (agent is None or head.agent == agent)
+    ]
+    now = datetime.now(timezone.utc)
+    if as_json:
+        typer.echo(json.dumps([_as_json(h, now) for h in rows], ensure_ascii=False, indent=2))
+        return
+    _print(rows, db.url, now, filtered=wanted is not None or agent is not None)
+
+
+app.command("tasks")(list_tasks)
+app.command("list", hidden=True)(list_tasks)
+
+
+def _statuses(given: list[str] | None) -> frozenset[str] | None:
+    if not given:
+        return None
+    from skillstate.errors import UsageError
+    from skillstate.state.model import TaskStatus
+
+    known = [s.value for s in TaskStatus] + [UNREADABLE]
+    unknown = [s for s in given if s not in known]
+    if unknown:
+        raise UsageError(f"unknown --status {unknown[0]!r}; choose from: {', '.join(known)}")
+    return frozenset(given)
+
+
+def _status(head: HeadInfo) -> str | None:
+    return UNREADABLE if head.problem is not None else head.status
+
+
+def _utc(when: datetime) -> str:
+    """``2026-05-01 12:00:00``: a table cell, in UTC (the column says so)."""
+    return when.astimezone(timezone.utc).replace(tzinfo=None).isoformat(" ", "seconds")
+
+
+def _live(lease: Lease, now: datetime) -> bool:
+    return lease.expires_at > now
+
+
+def _expiry(lease: Lease) -> datetime | None:
+    """The lease's expiry, or ``None`` when the stored one does not read."""
+    from skillstate.store.chain import UNREADABLE_EXPIRY
+
+    return None if lease.expires_at == UNREADABLE_EXPIRY else lease.expires_at
+
+
+def _as_json(head: HeadInfo, now: datetime) -> dict[str, Any]:
+    lease = head.lease
+    expiry = _expiry(lease) if lease else None
+    return {
+        "task_id": head.task_id,
+        "status": _status(head),
+        "current_step": head.current_step,
+        "version": head.version,
+        "updated_at": head.updated_at.isoformat() if head.updated_at else None,
+        "agent": head.agent,
+        "lease": None
+        if lease is None
+        else {
+            "worker": lease.worker,
+            "expires_at": expiry.isoformat() if expiry else None,
+            "live": _live(lease, now) if expiry and head.lease_problem is None else None,
+            "generation": lease.generation,
+        },
+        "problem": head.problem,
+        "lease_problem": head.lease_problem,
+    }
+
+
+def _lease_cell(head: HeadInfo, now: datetime) -> str:
+    lease = head.lease
+    if lease is None:
+        return "damaged" if head.lease_problem else "-"
+    expiry = _expiry(lease)
+    if head.lease_problem or expiry is None:
+        return f"{lease.worker} (damaged)"
+    if _live(lease, now):
+        return f"{lease.worker} (live until {_utc(expiry)})"
+    return f"{lease.worker} (expired {_utc(expiry)})"
+
+
+def _print(rows: list[HeadInfo], url: str, now: datetime, *, filtered: bool) -> None:
+    """A plain aligned table (a rich table takes seconds for thousands of rows), the
+    reasons of what did not read, and a last line naming the store."""
+    from rich.cells import cell_len
+
+    if not rows:
+        typer.echo(_printable(f"no tasks {'match' if filtered else 'yet'} in {url}"))
+        return
+    header = ("TASK", "STATUS", "STEP", "VERSION", "UPDATED (UTC)", "AGENT", "LEASE")
+    table = [header]
+    notes = []
+    for head in rows:
+        table.append(
+            (
+                _printable(head.task_id),
+                _status(head) or "-",
+                _printable(head.current_step or "-"),
+                str(head.version) if head.version is not None else "-",
+                _utc(head.updated_at) if head.updated_at else "-",
+                _printable(head.agent or "-"),
+                _printable(_lease_cell(head, now)),
+            )
+        )
+        if head.problem:
+            notes.append(f"{head.task_id}: {UNREADABLE}: {head.problem}")
+        if head.lease_problem:
+            notes.append(f"{head.task_id}: {head.lease_problem}")
+    widths = [max(cell_len(row[i]) for row in table) for i in range(len(header) - 1)]
+    lines = [
+        "  ".join(
+            [
+                *(
+                    cell + " " * (width - cell_len(cell))
+                    for cell, width in zip(row[:-1], widths, strict=True)
+                ),
+                row[-1],
+            ]
+        )
+        for row in table
+    ]
+    lines += [_printable(note) for note in notes]
+    lines.append(_printable(f"{len(rows)} task{'s' if len(rows) != 1 else ''} in {url}"))
+    typer.echo("\n".join(lines))
+
+
+def _printable(text: str) -> str:
+    """``text`` on one line: control characters (a newline in a task id) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
