@@ -35,9 +35,7 @@ def cli_env(cwd: Path, extra: Mapping[str, str | None] | None = None) -> dict[st
     return env
 
 
-def run_env(
-    cwd: Path, extra: Mapping[str, str | None] | None, *args: str
-) -> tuple[int, str, str]:
+def run_env(cwd: Path, extra: Mapping[str, str | None] | None, *args: str) -> tuple[int, str, str]:
     """Run ``skillstate ARGS`` in ``cwd`` with :func:`cli_env`; (returncode, stdout, stderr)."""
     proc = subprocess.run(
         [sys.executable, "-c", ENTRY, *args],
@@ -71,8 +69,8 @@ def start_cli(cwd: Path, *args: str) -> subprocess.Popen[bytes]:
 
 def output(cwd: Path) -> tuple[str, str]:
     """What a command started by :func:`start_cli` in ``cwd`` wrote: (stdout, stderr)."""
-    read = lambda name: (cwd / name).read_text(encoding="utf-8")  # noqa: E731
-    return read("cli.out"), read("cli.err")
+    out, err = ((cwd / name).read_text(encoding="utf-8") for name in ("cli.out", "cli.err"))
+    return out, err
 
 
 def wait_for(

@@ -159,8 +159,7 @@ def test_sigint_keeps_the_last_commit_and_prints_the_resume_hint(tmp_path: Path)
     assert code == 130, out + err
     assert_no_traceback(out, err)
     assert err == (
-        "error: interrupted; the last committed step is kept: "
-        "continue with: skillstate resume L\n"
+        "error: interrupted; the last committed step is kept: continue with: skillstate resume L\n"
     )
     state = head_state(url, "L")
     assert state["status"] == "running"

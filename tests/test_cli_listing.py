@@ -184,8 +184,7 @@ def test_unreadable_head_is_listed_with_its_reason(tmp_path: Path, filled: str) 
 
 
 def test_tampered_head_is_listed_as_stored(tmp_path: Path, filled: str) -> None:
-    """A head edited outside skillstate (its checksum no longer matches) lists as stored:
-    listing does not verify (doctor does)."""
+    """A head edited outside skillstate lists as stored: listing does not verify checksums."""
     path = filled.removeprefix("sqlite:///")
     tampered = json.dumps(card("d-fail", "completed", "edited"))
     with sqlite3.connect(path) as conn:
@@ -243,8 +242,7 @@ def test_tasks_on_a_files_store(tmp_path: Path) -> None:
 
 
 def test_ten_thousand_tasks_list_quickly(tmp_path: Path) -> None:
-    """10,000 tasks on SQLite: one Store.heads() call lists them (about 0.1 s; the bound
-    leaves room for a busy machine, and catches a listing that loads task by task)."""
+    """Store.heads() lists 10,000 SQLite tasks in about 0.1 s (bounded at 2 s for busy hosts)."""
     url = store_url(tmp_path)
     store = open_store(url)
     try:

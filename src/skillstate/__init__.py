@@ -19,9 +19,11 @@ _EXPORTS: dict[str, str] = {
     "CallSkill": "skillstate.engine.actions",
     "Fail": "skillstate.engine.actions",
     "Finish": "skillstate.engine.actions",
+    "Revise": "skillstate.engine.actions",
     "parse_action": "skillstate.engine.actions",
     "Agent": "skillstate.engine.agent",
     "load_agent": "skillstate.engine.agent",
+    "per_task": "skillstate.engine.agent",
     "Policy": "skillstate.engine.policy",
     "ScriptedPolicy": "skillstate.engine.policy",
     "RunResult": "skillstate.engine.runtime",
@@ -41,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "StateError": "skillstate.errors",
     "StoreError": "skillstate.errors",
     "TaskNotFound": "skillstate.errors",
+    "StoreNotFound": "skillstate.errors",
     "ToolNotAllowed": "skillstate.errors",
     "UsageError": "skillstate.errors",
     "CompensationFailed": "skillstate.errors",
@@ -72,12 +75,21 @@ _EXPORTS: dict[str, str] = {
     "render_view": "skillstate.state.view",
     "Checkpoint": "skillstate.store",
     "Store": "skillstate.store",
+    "HeadInfo": "skillstate.store.base",
     "open_store": "skillstate.store",
 }
 
 if TYPE_CHECKING:
-    from skillstate.engine.actions import Action, AskUser, CallSkill, Fail, Finish, parse_action
-    from skillstate.engine.agent import Agent, load_agent
+    from skillstate.engine.actions import (
+        Action,
+        AskUser,
+        CallSkill,
+        Fail,
+        Finish,
+        Revise,
+        parse_action,
+    )
+    from skillstate.engine.agent import Agent, load_agent, per_task
     from skillstate.engine.policy import Policy, ScriptedPolicy
     from skillstate.engine.rewind import fork_task, rollback_task
     from skillstate.engine.runtime import RunResult, Runtime, StepReport
@@ -96,6 +108,7 @@ if TYPE_CHECKING:
         StaleState,
         StateError,
         StoreError,
+        StoreNotFound,
         TaskNotFound,
         ToolNotAllowed,
         UsageError,
@@ -125,6 +138,7 @@ if TYPE_CHECKING:
     from skillstate.state.secrets import Sensitive
     from skillstate.state.view import View, render_view
     from skillstate.store import Checkpoint, Store, open_store
+    from skillstate.store.base import HeadInfo
 
 
 def __getattr__(name: str) -> Any:
@@ -162,6 +176,7 @@ __all__ = [
     "Fail",
     "FailedAttempt",
     "Finish",
+    "HeadInfo",
     "IllegalTransition",
     "InvalidStoreURL",
     "InvariantBroken",
@@ -170,6 +185,7 @@ __all__ = [
     "Outcome",
     "OutputNotDeclared",
     "Policy",
+    "Revise",
     "RunResult",
     "Runtime",
     "ScriptedPolicy",
@@ -186,6 +202,7 @@ __all__ = [
     "StepReport",
     "Store",
     "StoreError",
+    "StoreNotFound",
     "TaskNotFound",
     "TaskStatus",
     "ToolCall",
@@ -201,6 +218,7 @@ __all__ = [
     "migration",
     "open_store",
     "parse_action",
+    "per_task",
     "render_view",
     "rollback_task",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from skillstate.errors import SkillstateError
 
 if TYPE_CHECKING:
     from skillstate.bench.tokens import Report as TokenReport
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
     from skillstate.events import Event
     from skillstate.llm.base import Prices
     from skillstate.state.model import AgentState
-    from skillstate.store.base import CheckpointInfo
+    from skillstate.store.base import CheckpointInfo, Store
 
 console = Console(highlight=False, soft_wrap=False)
 errors = Console(stderr=True, highlight=False)
@@ -43,8 +46,10 @@ def patch_lines(patch: Sequence[dict[str, Any]], width: int = 100) -> list[str]:
 class StepPrinter:
     """Observer that prints each committed step; ``verbose`` adds the view and the diff."""
 
-    def __init__(self, *, verbose: bool) -> None:
+    def __init__(self, *, verbose: bool, store: Store | None = None) -> None:
         self.verbose = verbose
+        self.store = store
+        """Where tracebacks are read from (``SKILLSTATE_DEBUG=1`` prints them)."""
 
     def __call__(self, report: StepReport[Any]) -> None:
         event = report.event
@@ -65,9 +70,26 @@ class StepPrinter:
         console.print(f"[bold]v{event.version}[/] {event.actor}: {escape(action)}{verdict}")
         if event.error:
             console.print(f"  [red]error:[/] {escape(event.error)}")
+        if os.environ.get("SKILLSTATE_DEBUG") and self.store is not None:
+            self._print_traces(report)
         if self.verbose:
             for line in patch_lines(event.patch):
                 console.print(f"  [dim]{escape(line)}[/]")
+
+    def _print_traces(self, report: StepReport[Any]) -> None:
+        from skillstate.store.sealing import read_artifact
+
+        assert self.store is not None
+        seen = set(report.before.errors)
+        for entry in report.after.errors:
+            if entry in seen or entry.trace is None:
+                continue
+            try:
+                text = read_artifact(self.store, entry.trace).decode("utf-8", "replace")
+            except SkillstateError as exc:
+                text = f"(traceback {entry.trace} unreadable: {exc})"
+            console.print(f"  [dim]traceback of {entry.kind} in {entry.skill}:[/]")
+            console.print(text, markup=False, highlight=False)
 
 
 def print_state(state: AgentState) -> None:

@@ -34,7 +34,6 @@ from skillstate.cli._app import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     SESSION,
-    Session,
     app,
 )
 
@@ -58,7 +57,7 @@ def _main(argv: list[str] | None) -> int:
     if bad is not None:
         _error(f"argument {bad!r} holds a NUL byte or text that is not UTF-8; nothing was run")
         return EXIT_USAGE
-    SESSION.__dict__.update(vars(Session()))  # a fresh session (_main may run twice in-process)
+    SESSION.reset()
     try:
         with _noting_sigint():
             result = app(args=argv, prog_name="skillstate", standalone_mode=False)

@@ -41,6 +41,11 @@ class Session:
     interrupted: bool = False
     """SIGINT arrived (typer turns the KeyboardInterrupt into a plain exit 130)."""
 
+    def reset(self) -> None:
+        """Forget what an earlier command noted (``_main`` may run twice in one process)."""
+        for name, value in vars(Session()).items():
+            setattr(self, name, value)
+
 
 SESSION = Session()
 

@@ -194,9 +194,11 @@ def _drive(
     decisions: _Decisions | None = None,
 ) -> NoReturn:
     from skillstate._render import StepPrinter, console, print_comparison
+    from skillstate.cli._app import driving
     from skillstate.engine.lease import default_worker
     from skillstate.engine.runtime import Runtime
 
+    driving(task_id)  # Ctrl-C from here on names the task in its resume hint
     decisions = decisions or _Decisions()
     if fields is None:
         decisions = decisions.continuing(task_id, store.load(task_id).state.get("driver"))
@@ -209,7 +211,7 @@ def _drive(
         decisions.agent(agent),
         store,
         max_steps=max_steps,
-        observer=StepPrinter(verbose=verbose),
+        observer=StepPrinter(verbose=verbose, store=store),
         worker=default_worker(),
         max_calls=decisions.max_calls,
         max_tokens=decisions.max_tokens,
@@ -222,7 +224,15 @@ def _drive(
         runtime.start(task_id, **fields)
     if reply is not None:
         runtime.reply(task_id, reply)
-    result = runtime.run(task_id, inputs=inputs)
+    # --input values are the replies after the ones the task already has.
+    first = runtime.load(task_id).inputs_received if inputs else 0
+    result = runtime.run(task_id, inputs=inputs, inputs_from=first)
+    unused = len(inputs) - (result.state.inputs_received - first)
+    if unused > 0:
+        console.print(
+            f"[yellow]{unused} of {len(inputs)} --input value(s) not used[/]: the task did "
+            "not ask for them"
+        )
     if compare:
         from skillstate.engine.transcript import compare_prompts
         from skillstate.llm.tokens import tokenizer_name

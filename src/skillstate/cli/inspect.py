@@ -33,7 +33,7 @@ def show(
     agent_ref: AgentOpt = None,
 ) -> None:
     """Print the state card of a task (--json: the whole state as one JSON object)."""
-    db = _store(store)
+    db = _store(store, create=False)
     head = db.load(task_id)
     if as_json:
         typer.echo(json.dumps(head.state, ensure_ascii=False, indent=2))
@@ -72,7 +72,7 @@ def log(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> N
     from skillstate.engine.doctor import audit_gaps
     from skillstate.errors import StateCorrupted
 
-    db = _store(store)
+    db = _store(store, create=False)
     events = db.events(task_id)
     try:
         head: int | None = db.load(task_id).version
@@ -95,7 +95,7 @@ def view(task_id: TaskArg, store: StoreOpt = None, agent_ref: AgentOpt = None) -
     """The exact view the next decision would see, with its token count."""
     from skillstate._render import console
 
-    db = _store(store)
+    db = _store(store, create=False)
     agent = _agent_for(db, task_id, agent_ref)
     rendered = agent.view(agent.parse_state(db.load(task_id).state))
     console.print(rendered.text, markup=False)
@@ -123,7 +123,7 @@ def replay_(
     from skillstate.engine.replay import Expectations, timeline
 
     expected = Expectations.load(expect) if expect is not None else None
-    steps, found = timeline(_store(store), task_id, expected)
+    steps, found = timeline(_store(store, create=False), task_id, expected)
     if as_json:
         rows = [step.as_json() for step in steps]
         payload = {
@@ -143,7 +143,7 @@ def checkpoints(task_id: TaskArg, store: StoreOpt = None) -> None:
     """Every committed version of a task."""
     from skillstate._render import print_checkpoints
 
-    db = _store(store)
+    db = _store(store, create=False)
     labels = {e.version: f"{e.actor}: {e.label}" for e in db.events(task_id)}
     print_checkpoints(db.checkpoints(task_id), labels)
 
@@ -155,7 +155,7 @@ def doctor(task_id: TaskArg, store: StoreOpt = None, agent_ref: AgentOpt = None)
     from skillstate.engine.doctor import diagnose
     from skillstate.errors import AgentImportError, StateCorrupted
 
-    db = _store(store)
+    db = _store(store, create=False)
     agent: Agent[Any] | None
     try:
         agent = _agent_for(db, task_id, agent_ref)
@@ -178,7 +178,7 @@ def tokens(
     from skillstate._render import print_tokens
     from skillstate.llm.base import Prices
 
-    events = [e for e in _store(store).events(task_id) if e.usage is not None]
+    events = [e for e in _store(store, create=False).events(task_id) if e.usage is not None]
     prices = None
     if price_in is not None or price_out is not None:
         prices = Prices(input=price_in or 0.0, output=price_out or 0.0)

@@ -29,7 +29,14 @@ from skillstate.cli._app import (
     TokensOpt,
     app,
 )
-from skillstate.cli._common import _agent_for, _Decisions, _drive, _start, _store
+from skillstate.cli._common import (
+    _agent_for,
+    _Decisions,
+    _drive,
+    _parse_assignments,
+    _start,
+    _store,
+)
 
 
 @app.command()
@@ -51,8 +58,22 @@ def run(
     price_out: PriceOutOpt = None,
     max_stalled: StalledOpt = 10,
     on_stall: OnStallOpt = "fail",
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="FIELD=VALUE for the new task's card (VALUE is YAML; repeatable), as "
+            "Runtime.start(task_id, **fields) takes them.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start a new task with an agent and run it until it ends or asks the user."""
+    fields = _parse_assignments(set_) if set_ else None
+    if fields and any("." in name for name in fields):
+        from skillstate.errors import UsageError
+
+        raise UsageError("--set takes top-level fields of the card (FIELD=VALUE)")
     _start(
         agent,
         task_id=task_id,
@@ -61,6 +82,7 @@ def run(
         max_steps=max_steps,
         verbose=not quiet,
         compare=False,
+        fields=fields,
         decisions=_Decisions(
             model,
             base_url,

@@ -10,6 +10,7 @@ have their own rules; every refusal becomes an error-log entry and nothing else.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,22 +19,24 @@ from pydantic import BaseModel, ValidationError
 
 from skillstate._json import get_path
 from skillstate._validation import first_error
-from skillstate.engine.actions import Action, AskUser, CallSkill, Finish
-from skillstate.engine.agent import Agent
+from skillstate.engine.actions import Action, AskUser, CallSkill, Finish, Revise
+from skillstate.engine.agent import Agent, PerTask
 from skillstate.engine.draft import Draft, decision, reject
 from skillstate.errors import (
     ActionRejected,
     IllegalTransition,
     OutputNotDeclared,
+    SkillstateError,
     StateError,
     ToolNotAllowed,
 )
 from skillstate.events import SkillTransition, ToolCall, Verdict
 from skillstate.limits import problem
 from skillstate.skills.skill import Outcome, Skill, SkillContext, VerifyContext
-from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
+from skillstate.state.model import AgentState, ErrorEntry, ErrorKind, StepRecord, TaskStatus
 from skillstate.state.redact import Redactor
 from skillstate.store.base import Store
+from skillstate.store.sealing import write_artifact
 
 __all__ = ["Acting", "Attempt"]
 
@@ -45,9 +48,11 @@ class Attempt:
     outcome: Outcome | None
     candidate: AgentState
     verdict: Verdict | None
-    failure: tuple[str, str] | None
+    failure: tuple[ErrorKind, str] | None
     """``(kind, message)`` when the attempt failed."""
     permanent: bool = False
+    trace: str | None = None
+    """Ref of the artifact holding the traceback, when the skill or verify raised."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,8 @@ class Acting:
                 return self._ask_user(state, action, step_id)
             if isinstance(action, Finish):
                 return self._finish(state, action, step_id)
+            if isinstance(action, Revise):
+                return self._revise(state, action, step_id)
             return self._fail(state, action, step_id)
         except IllegalTransition as exc:
             return reject(state, step_id, "illegal_transition", str(exc), _skill_of(action))
@@ -160,6 +167,7 @@ class Acting:
                     attempt=number,
                     max_attempts=max_attempts,
                     permanent=result.permanent,
+                    trace=result.trace,
                 )
             )
             if kind == "output_not_declared" or result.permanent:
@@ -193,7 +201,13 @@ class Acting:
         except ToolNotAllowed as exc:
             return Attempt(None, state, None, ("tool_not_allowed", str(exc)))
         except Exception as exc:
-            return Attempt(None, state, None, ("skill_error", f"{type(exc).__name__}: {exc}"))
+            return Attempt(
+                None,
+                state,
+                None,
+                ("skill_error", f"{type(exc).__name__}: {exc}"),
+                trace=self._trace(state),
+            )
         undeclared = skill.undeclared_writes(outcome.writes)
         if undeclared:
             refused = OutputNotDeclared(skill.name, undeclared, skill.outputs)
@@ -217,7 +231,13 @@ class Acting:
             )
             verdict = skill.verify(candidate, outcome, context)
         except Exception as exc:
-            return Attempt(outcome, state, None, ("verify_error", f"{type(exc).__name__}: {exc}"))
+            return Attempt(
+                outcome,
+                state,
+                None,
+                ("verify_error", f"{type(exc).__name__}: {exc}"),
+                trace=self._trace(state),
+            )
         if not verdict.ok:
             reason = verdict.reason or "verify failed"
             return Attempt(
@@ -227,6 +247,19 @@ class Acting:
         if broken is not None:
             return Attempt(outcome, state, verdict, ("invariant_failed", broken))
         return Attempt(outcome, candidate, verdict, None)
+
+    def _trace(self, state: AgentState) -> str | None:
+        """Keep the traceback of the exception being handled, redacted, as an artifact.
+
+        The error log holds one line; the whole traceback is what a developer needs
+        (``skillstate log``, or printed with ``SKILLSTATE_DEBUG=1``).
+        """
+        text = traceback.format_exc(limit=30)
+        data = self.redactor(state).bytes(text.encode("utf-8", errors="replace"))
+        try:
+            return write_artifact(self.store, data, media_type="text/plain")
+        except SkillstateError:
+            return None  # the failure is recorded anyway; its traceback is a bonus
 
     def context(
         self,
@@ -244,7 +277,7 @@ class Acting:
             task_id=state.task_id,
             step_id=record_id,
             attempt=attempt,
-            tools={name: self.agent.tools[name] for name in skill.tools},
+            tools={name: _tool(self.agent.tools[name], state) for name in skill.tools},
             store=self.store,
             idempotency_key=key if skill.effects else None,
             redactor=self.redactor(state),
@@ -290,7 +323,7 @@ class Acting:
                 current_step=target,
                 active_skill=skill.name,
                 last_decision=decision(action, skill.name),
-                inbox=None,
+                inputs=(),  # a decision that worked has used the replies it saw
                 question=None,
             )
             .with_step(record)
@@ -345,8 +378,8 @@ class Acting:
         for entry in (*errors, summary):
             after = after.with_error(entry)
         after = after.replace(
-            status=TaskStatus.RUNNING, last_decision=decision(action, skill.name), inbox=None
-        )
+            status=TaskStatus.RUNNING, last_decision=decision(action, skill.name)
+        )  # the replies stay: the next decision may use them
         return Draft(
             after=after,
             step_id=step_id,
@@ -378,7 +411,7 @@ class Acting:
             question=action.question,
             current_step=target,
             last_decision=decision(action, target),
-            inbox=None,
+            inputs=(),
         ).with_step(record)
         return Draft(after=after, step_id=record.id)
 
@@ -405,7 +438,7 @@ class Acting:
             status=TaskStatus.COMPLETED,
             current_step=target,
             last_decision=decision(action, target),
-            inbox=None,
+            inputs=(),
             question=None,
             active_skill=None,
         ).with_step(record)
@@ -416,12 +449,56 @@ class Acting:
             )
         return Draft(after=after, step_id=record.id, transition=transition)
 
+    def _revise(self, state: AgentState, action: Revise, step_id: str) -> Draft:
+        """The user changed the task: new goal or constraints, moot plan entries dropped."""
+        if not state.inputs:
+            raise ActionRejected("'revise' needs a user's reply asking for the change")
+        unknown = [p for p in action.drop_pending if p not in state.pending_steps]
+        if unknown:
+            raise ActionRejected(
+                f"cannot drop {', '.join(unknown)}: not pending (pending: "
+                f"{', '.join(state.pending_steps) or 'none'})"
+            )
+        changes: dict[str, Any] = {}
+        if action.goal is not None:
+            changes["goal"] = action.goal
+        if action.constraints is not None:
+            changes["constraints"] = tuple(action.constraints)
+        pending = list(state.pending_steps)
+        for label in action.drop_pending:
+            pending.remove(label)
+        try:
+            revised = state.evolve(**changes) if changes else state  # validated: user data
+        except StateError as exc:
+            raise ActionRejected(f"revise refused: {exc}") from exc
+        found = problem(changes, chars=self.agent.limits.param_chars, depth=4)
+        if found is not None:
+            raise ActionRejected(f"revise refused: {found}")
+        summary = ", ".join(
+            part
+            for part in (
+                "goal" if action.goal is not None else "",
+                "constraints" if action.constraints is not None else "",
+                f"dropped {', '.join(action.drop_pending)}" if action.drop_pending else "",
+            )
+            if part
+        )
+        record = StepRecord(
+            id=f"{step_id}-revise", step=state.current_step, action="revise", summary=summary
+        )
+        after = revised.replace(
+            pending_steps=tuple(pending),
+            last_decision=decision(action, None),
+            inputs=(),  # the reply that asked for it is used
+        ).with_step(record)
+        return Draft(after=after, step_id=record.id)
+
     def _fail(self, state: AgentState, action: Action, step_id: str) -> Draft:
         message = action.reason or "the policy gave up"
         record = StepRecord(id=f"{step_id}-fail", step=state.current_step, action="fail")
         after = (
             state.with_error(ErrorEntry(kind="task_failed", message=message, step_id=step_id))
-            .replace(status=TaskStatus.FAILED, last_decision=decision(action, None), inbox=None)
+            .replace(status=TaskStatus.FAILED, last_decision=decision(action, None))
             .with_step(record)
         )
         return Draft(after=after, step_id=record.id, error=message)
@@ -441,6 +518,10 @@ class Acting:
             + (f" with {', '.join(state.pending_steps)} pending" if state.pending_steps else "")
             + ")"
         )
+
+
+def _tool(tool: Callable[..., Any] | PerTask, state: AgentState) -> Callable[..., Any]:
+    return tool.factory(state) if isinstance(tool, PerTask) else tool
 
 
 def _skill_of(action: Action) -> str | None:

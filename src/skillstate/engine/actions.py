@@ -23,6 +23,7 @@ __all__ = [
     "CallSkill",
     "Fail",
     "Finish",
+    "Revise",
     "action_json_schema",
     "decision_schema",
     "parse_action",
@@ -69,7 +70,20 @@ class Fail(_Action):
     kind: Literal["fail"] = "fail"
 
 
-Action = Annotated[CallSkill | AskUser | Finish | Fail, Field(discriminator="kind")]
+class Revise(_Action):
+    """The user changed the task: a new goal and/or constraints, and pending steps that
+    no longer apply dropped. Only accepted while a user's reply is waiting to be used
+    (the change must come from the user), and it uses that reply."""
+
+    kind: Literal["revise"] = "revise"
+    goal: str | None = None
+    constraints: list[str] | None = None
+    """The whole new list (``None``: unchanged)."""
+    drop_pending: list[str] = Field(default_factory=list)
+    """Entries of ``pending_steps`` the new instruction makes moot."""
+
+
+Action = Annotated[CallSkill | AskUser | Finish | Fail | Revise, Field(discriminator="kind")]
 """One decision: call a skill, ask the user, finish or fail (discriminated by ``kind``)."""
 
 _ADAPTER: TypeAdapter[Action] = TypeAdapter(Action)
@@ -91,7 +105,11 @@ def action_json_schema() -> dict[str, Any]:
 
 
 def decision_schema(
-    params: Mapping[str, type[BaseModel]], next_steps: Sequence[str], *, can_ask: bool = True
+    params: Mapping[str, type[BaseModel]],
+    next_steps: Sequence[str],
+    *,
+    can_ask: bool = True,
+    can_revise: bool = False,
 ) -> dict[str, Any]:
     """The response schema of one decision, built from the state it is made in.
 
@@ -144,6 +162,22 @@ def decision_schema(
             required=("kind",),
         )
     )
+    if can_revise:
+        text = {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS}
+        branches.append(
+            _branch(
+                {
+                    "kind": {"const": "revise"},
+                    "goal": {"anyOf": [text, {"type": "null"}]},
+                    "constraints": {
+                        "anyOf": [{"type": "array", "items": text, "maxItems": MAX_ITEMS},
+                                  {"type": "null"}]
+                    },
+                    "drop_pending": {"type": "array", "items": text, "maxItems": MAX_ITEMS},
+                },
+                required=("kind",),
+            )
+        )  # fmt: skip
     document: dict[str, Any] = {"anyOf": branches}
     if defs:
         document["$defs"] = defs
@@ -286,32 +320,18 @@ def _parse_reply(reply: str) -> Any:
         raise ActionRejected("reply is nested too deeply to be an action") from None
 
 
-def validate_decision(
-    reply: str | Mapping[str, Any],
-    params: Mapping[str, type[BaseModel]],
-    next_steps: Sequence[str],
-    *,
-    can_ask: bool = True,
-) -> Action:
-    """A model's reply as an :data:`Action`, or ``ActionRejected`` saying what is wrong.
-
-    Checks what the schema says, whether or not the provider enforced it: JSON, one
-    of the actions, a skill that applies now, params valid for that skill, a
-    reachable ``next_step``. The message is written for the model: it goes back as
-    the repair prompt.
-    """
-    if isinstance(reply, str):
-        data: Any = _parse_reply(reply)
-    else:
-        data = dict(reply)
+def _as_object(reply: str | Mapping[str, Any]) -> dict[str, Any]:
+    data: Any = _parse_reply(reply) if isinstance(reply, str) else dict(reply)
     if not isinstance(data, dict):
         raise ActionRejected(f"reply must be one JSON object, got {type(data).__name__}")
     found = problem(data, chars=MAX_REPLY_CHARS, depth=DEFAULT_LIMITS.depth)
     if found is not None:
         raise ActionRejected(f"reply refused: {found}")
-    if data.get("kind") == "fail":
-        raise ActionRejected("'fail' is not available: call a skill, ask the user, or finish")
-    action = parse_action(data)
+    return data
+
+
+def _check_text(action: Action) -> None:
+    """Free text as long as the schema allows, whether or not the provider enforced it."""
     for name, limit in (
         ("reason", REASON_CHARS),
         ("question", TEXT_CHARS),
@@ -320,21 +340,53 @@ def validate_decision(
         value = getattr(action, name, None)
         if isinstance(value, str) and len(value) > limit:
             raise ActionRejected(f"{name} is {len(value):,} characters long (at most {limit})")
+
+
+def _check_offered(action: Action, *, can_ask: bool, can_revise: bool) -> None:
+    if isinstance(action, Revise) and not can_revise:
+        raise ActionRejected("'revise' is only available right after the user asked for a change")
     if isinstance(action, AskUser) and not can_ask:
         raise ActionRejected(
             "'ask_user' is not available (nobody will answer): call a skill or finish"
         )
+
+
+def _check_call(action: CallSkill, params: Mapping[str, type[BaseModel]]) -> None:
+    model = params.get(action.skill)
+    if model is None:
+        known = ", ".join(params) or "none"
+        raise ActionRejected(f"skill {action.skill!r} cannot be called now; callable: {known}")
+    try:
+        model.model_validate(action.params)
+    except ValidationError as exc:
+        raise ActionRejected(
+            f"invalid params for {action.skill!r}: {first_error(exc, 'params')}"
+        ) from None
+
+
+def validate_decision(
+    reply: str | Mapping[str, Any],
+    params: Mapping[str, type[BaseModel]],
+    next_steps: Sequence[str],
+    *,
+    can_ask: bool = True,
+    can_revise: bool = False,
+) -> Action:
+    """A model's reply as an :data:`Action`, or ``ActionRejected`` saying what is wrong.
+
+    Checks what the schema says, whether or not the provider enforced it: JSON, one
+    of the actions, a skill that applies now, params valid for that skill, a
+    reachable ``next_step``. The message is written for the model: it goes back as
+    the repair prompt.
+    """
+    data = _as_object(reply)
+    if data.get("kind") == "fail":
+        raise ActionRejected("'fail' is not available: call a skill, ask the user, or finish")
+    action = parse_action(data)
+    _check_text(action)
+    _check_offered(action, can_ask=can_ask, can_revise=can_revise)
     if isinstance(action, CallSkill):
-        model = params.get(action.skill)
-        if model is None:
-            known = ", ".join(params) or "none"
-            raise ActionRejected(f"skill {action.skill!r} cannot be called now; callable: {known}")
-        try:
-            model.model_validate(action.params)
-        except ValidationError as exc:
-            raise ActionRejected(
-                f"invalid params for {action.skill!r}: {first_error(exc, 'params')}"
-            ) from None
+        _check_call(action, params)
     step = getattr(action, "next_step", None)
     if step is not None and step not in next_steps:
         allowed = ", ".join(next_steps) or "none"

@@ -28,9 +28,33 @@ from skillstate.state.redact import RedactionPolicy
 from skillstate.state.secrets import sensitive_fields
 from skillstate.state.view import VALUE_CHARS, View, render_view
 
-__all__ = ["Agent", "Invariant", "load_agent"]
+__all__ = ["Agent", "Invariant", "PerTask", "load_agent", "per_task"]
 
 Invariant = Callable[[Any], "bool | str | None"]
+
+
+@dataclass(frozen=True)
+class PerTask:
+    """A tool built for each task from its state (see :func:`per_task`)."""
+
+    factory: Callable[[Any], Callable[..., Any]]
+
+
+def per_task(factory: Callable[[Any], Callable[..., Any]]) -> PerTask:
+    """Declare a tool that is built from the task's state each time a skill runs.
+
+    One :class:`Agent` then serves every task, each with its own resources (a
+    per-task database, a working directory), and a new process (``skillstate
+    resume``) rebuilds them from the card alone::
+
+        tools={"query": per_task(lambda state: Database(state.db_path).query)}
+
+    The factory runs before every attempt of a skill that declares the tool: cache
+    in it whatever is expensive to open.
+    """
+    return PerTask(factory)
+
+
 DEFAULT_POLICY = RedactionPolicy()
 """``fn(state) -> True | None`` (holds) or ``False | "what is wrong"`` (broken)."""
 
@@ -51,14 +75,16 @@ class Agent(Generic[S]):
     machine: StateMachine
     skills: SkillRegistry
     policy: Policy[S]
-    tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    tools: Mapping[str, Callable[..., Any] | PerTask] = field(default_factory=dict)
+    """Tools by name: a callable, or :func:`per_task` to build one from each task's state."""
     goal: str = ""
     constraints: Sequence[str] = ()
     plan: Sequence[str] = ()
     description: str = ""
     sample_inputs: Sequence[str] = ()
     ref: str | None = None
-    """``module:attr`` this agent is importable as (filled in by :func:`load_agent`)."""
+    """``module:attr`` this agent is importable as: set by :func:`load_agent`, else found
+    in the module that built it the first time a task is created (see :meth:`reference`)."""
     view_budget: int | None = None
     """Token budget for the prompt view; ``None`` renders it whole."""
     view_value_chars: int = VALUE_CHARS
@@ -123,6 +149,9 @@ class Agent(Generic[S]):
         return can_finish and (not pending or self.finish_with_pending)
 
     def __post_init__(self) -> None:
+        # Where the agent was built (the first caller outside the dataclass machinery),
+        # to find its own `module:attr` later: a new task records it for `resume`.
+        self._module: str | None = _builder_module()
         problems: list[str] = []
         for skill in self.skills:
             if not skill.has_verify:
@@ -156,6 +185,16 @@ class Agent(Generic[S]):
         if problems:
             raise UsageError(f"agent {self.name!r} is invalid: " + "; ".join(problems))
 
+    def reference(self) -> str | None:
+        """``module:attr`` of this agent, if it is a global of an importable module."""
+        if self.ref is None and self._module not in (None, "__main__"):
+            module = sys.modules.get(str(self._module))
+            for name, value in vars(module).items() if module else ():
+                if value is self and not name.startswith("_"):
+                    self.ref = f"{self._module}:{name}"
+                    break
+        return self.ref
+
     def new_state(self, task_id: str, **fields: Any) -> S:
         """Version 0 of a task's card (the runtime commits it as version 1)."""
         base: dict[str, Any] = {
@@ -165,7 +204,7 @@ class Agent(Generic[S]):
             "constraints": tuple(self.constraints),
             "pending_steps": tuple(self.plan),
             "current_step": self.machine.initial,
-            "agent": self.ref,
+            "agent": self.reference(),
         }
         base.update(fields)
         try:
@@ -196,6 +235,13 @@ class Agent(Generic[S]):
             can_ask=self.can_ask,
             value_chars=self.view_value_chars,
         )
+
+
+def _builder_module() -> str | None:
+    frame = sys._getframe(2)  # the caller of the generated __init__
+    while frame is not None and frame.f_globals.get("__name__") in {"dataclasses", __name__}:
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame.f_globals.get("__name__") if frame is not None else None
 
 
 def load_agent(ref: str, *, search_cwd: bool = False) -> Agent[Any]:

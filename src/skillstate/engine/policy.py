@@ -94,12 +94,16 @@ SYSTEM_PROMPT = """\
 You decide the next action of one task of the {agent} agent. {description}
 Each turn, reply with exactly one JSON object and nothing else:
 - {{"kind": "call_skill", "skill": NAME, "params": {{...}}, "reason": WHY}} to run a skill,
-{ask}- {{"kind": "finish", "summary": TEXT, "reason": WHY}} when the goal is met.
+{ask}{revise}- {{"kind": "finish", "summary": TEXT, "reason": WHY}} when the goal is met.
 Only skills that apply now may be called. Add "next_step": STEP to move the task on.
 Skills:
 {skills}"""
 
 
+REVISE_LINE = (
+    '- {"kind": "revise", "goal": TEXT, "constraints": [TEXT], "drop_pending": [STEP], '
+    '"reason": WHY} when the user\'s message changes the task,\n'
+)
 ASK_LINE = (
     '- {"kind": "ask_user", "question": TEXT, "reason": WHY} when only the user can answer,\n'
 )
@@ -134,8 +138,13 @@ class ModelPolicy:
         agent = view.agent_name or "task"
         lines = [f"- {name}: {desc}" for name, desc in view.skill_catalog] or ["- (none)"]
         ask = ASK_LINE if view.can_ask else ""
+        revise = REVISE_LINE if view.can_revise else ""
         return SYSTEM_PROMPT.format(
-            agent=agent, description=view.agent_description, skills="\n".join(lines), ask=ask
+            agent=agent,
+            description=view.agent_description,
+            skills="\n".join(lines),
+            ask=ask,
+            revise=revise,
         ).strip()
 
     def messages(self, view: View[Any]) -> list[Message]:
@@ -154,7 +163,11 @@ class ModelPolicy:
             usage = usage + completion.usage
             try:
                 action = validate_decision(
-                    completion.text, view.params, view.next_steps, can_ask=view.can_ask
+                    completion.text,
+                    view.params,
+                    view.next_steps,
+                    can_ask=view.can_ask,
+                    can_revise=view.can_revise,
                 )
             except ActionRejected as exc:
                 error = str(exc)

@@ -44,7 +44,7 @@ from skillstate.events import TokenUsage, utcnow
 from skillstate.limits import problem
 from skillstate.llm.base import Prices, Usage
 from skillstate.llm.tokens import count_tokens
-from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
+from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus, UserInput
 from skillstate.state.view import View
 from skillstate.store.base import Store
 
@@ -155,14 +155,24 @@ class Runtime(Generic[S]):
         return cast(S, self._committer.load(task_id))
 
     def run(
-        self, task_id: str, *, inputs: Sequence[str] = (), max_steps: int | None = None
+        self,
+        task_id: str,
+        *,
+        inputs: Sequence[str] = (),
+        max_steps: int | None = None,
+        inputs_from: int = 0,
     ) -> RunResult[S]:
         """Decide and commit until the task ends, waits for a user, stalls or hits ``max_steps``.
 
-        ``inputs`` answer the task's questions in order; when they run out the task
-        pauses in ``waiting_user``. An unknown ``task_id`` is created first.
+        ``inputs`` are the task's replies by index: ``inputs[i]`` is reply number
+        ``inputs_from + i``. When the task asks, the next reply it has not received
+        yet is given; when they run out it pauses in ``waiting_user``. So calling
+        ``run`` again with the same list (after a crash, say) never gives a reply
+        twice. An unknown ``task_id`` is created first.
         """
         budget = max_steps if max_steps is not None else self.max_steps
+        if inputs_from < 0:
+            raise UsageError("inputs_from must be >= 0")
         queue = list(inputs)
         for text in queue:  # all of them, before anything is written
             self._check_reply(text)
@@ -175,7 +185,7 @@ class Runtime(Generic[S]):
                 resumed = False
             if resumed:
                 self.recheck(task_id)
-            return self._loop(task_id, queue, budget, self._holders.get(task_id))
+            return self._loop(task_id, (queue, inputs_from), budget, self._holders.get(task_id))
 
     def step(self, task_id: str) -> StepReport[S]:
         """Take exactly one decision on a running task and commit it.
@@ -202,10 +212,21 @@ class Runtime(Generic[S]):
                 raise UsageError(
                     f"task {task_id!r} is not waiting for a reply (status: {state.status.value})"
                 )
+            reply = UserInput(index=state.inputs_received, text=text)
             after = state.replace(
-                status=TaskStatus.RUNNING, inbox=text, question=None, no_progress=0, tried=()
+                status=TaskStatus.RUNNING,
+                inputs=(*state.inputs, reply),
+                inputs_received=reply.index + 1,
+                question=None,
+                no_progress=0,
+                tried=(),
             )
-            action = {"kind": "reply", "text": text, "question": state.question}
+            action = {
+                "kind": "reply",
+                "text": text,
+                "index": reply.index,
+                "question": state.question,
+            }
             replied = self._committer.commit(state, Draft(after=after), action, "user")[0]
             return cast(S, replied)
 
@@ -279,8 +300,13 @@ class Runtime(Generic[S]):
     # ------------------------------------------------------------------ the loop
 
     def _loop(
-        self, task_id: str, queue: list[str], budget: int, holder: Holder | None
+        self,
+        task_id: str,
+        replies: tuple[list[str], int],
+        budget: int,
+        holder: Holder | None,
     ) -> RunResult[Any]:
+        queue, first = replies
         steps = invalid = 0
         while True:
             if holder is not None:
@@ -299,9 +325,10 @@ class Runtime(Generic[S]):
             if stopped is not None:
                 return RunResult(state, stopped, steps)
             if state.status is TaskStatus.WAITING_USER:
-                if not queue:
+                position = state.inputs_received - first
+                if not 0 <= position < len(queue):
                     return RunResult(state, "waiting_user", steps)
-                self.reply(task_id, queue.pop(0))
+                self.reply(task_id, queue[position])
                 continue
             if steps >= budget:
                 return RunResult(state, "max_steps", steps)

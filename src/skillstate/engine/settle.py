@@ -127,8 +127,8 @@ class Settling:
     ) -> StepReport[Any]:
         """Commit the intent (the decision), then run the effect and commit its outcome."""
         after = state.replace(
-            pending_effect=intent, last_decision=decision(action, intent.skill), inbox=None
-        )
+            pending_effect=intent, last_decision=decision(action, intent.skill)
+        )  # the replies are used when the effect is settled, not before
         skill = self.agent.skills[intent.skill]
         draft = Draft(after=after, step_id=intent.step_id, skill=skill, usage=usage)
         recorded, _ = self._committer.commit(

@@ -216,20 +216,24 @@ def _reopen(state: TicketState, outcome: Outcome | None, ctx: SkillContext) -> N
 
 
 def decide(view: View[TicketState]) -> Action:
-    """The seed's rule-based ``call_llm``, reading the typed card instead of strings."""
+    """The seed's rule-based ``call_llm``, reading the typed card instead of strings.
+
+    A reply stays in the card until a skill uses it; one the last attempt refused
+    (``view.last_failure``) is not tried again: the question is asked again.
+    """
     state = view.state
-    assert isinstance(state, TicketState)
+    reply = view.inbox if view.last_failure is None else None
     if state.ticket_type is None:
-        if view.inbox:
-            return CallSkill(skill="record_ticket_type", params={"text": view.inbox})
+        if reply:
+            return CallSkill(skill="record_ticket_type", params={"text": reply})
         return AskUser(
             question="What is the problem? Describe it in a sentence.",
             next_step=None if state.current_step == "gathering_info" else "gathering_info",
             reason="no ticket type yet",
         )
     if state.priority is None:
-        if view.inbox:
-            return CallSkill(skill="record_priority", params={"text": view.inbox})
+        if reply:
+            return CallSkill(skill="record_priority", params={"text": reply})
         return AskUser(question="How urgent is it? Answer P1 (critical) to P4 (low).")
     if state.solution is None:
         return CallSkill(skill="plan_solution", reason="type and priority are known")

@@ -319,7 +319,19 @@ def _base_1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-BASE_MIGRATIONS: dict[int, MigrationFn] = {1: _base_1_to_2}
+def _base_2_to_3(doc: dict[str, Any]) -> dict[str, Any]:
+    """The one-slot inbox becomes the queue of numbered replies; errors get ``trace``."""
+    inbox = doc.pop("inbox", None)
+    doc.setdefault("inputs", [{"index": 0, "text": inbox}] if isinstance(inbox, str) else [])
+    # Earlier replies were not counted; numbering starts after the ones still here.
+    doc.setdefault("inputs_received", len(doc["inputs"]))
+    for entry in doc.get("errors") or ():
+        if isinstance(entry, dict):
+            entry.setdefault("trace", None)
+    return doc
+
+
+BASE_MIGRATIONS: dict[int, MigrationFn] = {1: _base_1_to_2, 2: _base_2_to_3}
 """Migrations of the base card, by the ``card_version`` they start from."""
 
 

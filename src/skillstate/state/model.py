@@ -45,6 +45,7 @@ __all__ = [
     "StepRecord",
     "TaskStatus",
     "UsageTotals",
+    "UserInput",
 ]
 
 
@@ -115,6 +116,15 @@ class Compensation(_Record):
     """The version that settled the effect."""
 
 
+class UserInput(_Record):
+    """A reply from the user, numbered in the order the task received them."""
+
+    index: int
+    """0 for the task's first reply, 1 for the next...: ``run(inputs=[...])`` is
+    idempotent per index (a driver re-running after a crash does not repeat one)."""
+    text: str
+
+
 class FailedAttempt(_Record):
     """A decision that was refused or failed since the task last made progress.
 
@@ -137,7 +147,7 @@ class StepRecord(_Record):
     step: str
     """The state-machine step the task was in once this step ran."""
     action: str
-    """``call_skill``, ``ask_user``, ``reply``, ``finish``, ``fail`` or ``rollback``."""
+    """``call_skill``, ``ask_user``, ``finish``, ``fail`` or ``revise``."""
     skill: str | None = None
     """The skill that ran, for ``call_skill``."""
     summary: str = ""
@@ -201,6 +211,8 @@ class ErrorEntry(_Record):
     """How many attempts the step was allowed."""
     permanent: bool = False
     """The verify said retrying cannot help (``Verdict.failed(..., permanent=True)``)."""
+    trace: str | None = None
+    """Ref of the artifact with the traceback, when a skill or its verify raised."""
 
 
 class UsageTotals(_Record):
@@ -233,10 +245,11 @@ class Decision(_Record):
     reason: str = ""
 
 
-CARD_VERSION = 2
+CARD_VERSION = 3
 """The base card's own format. 2 added ``steps_taken``, ``tried``, ``no_progress``,
 ``compensations``, ``effect_generations``, ``StepRecord.undo`` and
-``ErrorEntry.permanent``."""
+``ErrorEntry.permanent``; 3 turned the one-slot ``inbox`` into ``inputs`` (a queue of
+numbered replies) and ``inputs_received``."""
 
 #: Fields only the runtime writes. A skill that declares one of these in
 #: ``outputs`` is refused at definition time.
@@ -253,7 +266,8 @@ PROTECTED_FIELDS = frozenset(
         "last_decision",
         "active_skill",
         "question",
-        "inbox",
+        "inputs",
+        "inputs_received",
         "pending_effect",
         "compensations",
         "effect_generations",
@@ -312,8 +326,12 @@ class AgentState(BaseModel):
     active_skill: str | None = None
     question: str | None = None
     """The open question while ``status == waiting_user``."""
-    inbox: str | None = None
-    """The latest user input, shown to the next decision and then consumed."""
+    inputs: tuple[UserInput, ...] = ()
+    """Replies not yet used, oldest first. They stay until a decision that works (a
+    skill that passes verify, a question, a finish) consumes them: a reply a failing
+    skill could not use is still there for the next decision."""
+    inputs_received: int = 0
+    """Replies the task has received in all (the next one gets this index)."""
     pending_effect: Intent | None = None
     """An effect recorded but not yet confirmed (see :class:`Intent`)."""
     compensations: tuple[Compensation, ...] = ()
@@ -354,6 +372,11 @@ class AgentState(BaseModel):
             object.__setattr__(self, "schema_version", type(self).SCHEMA_VERSION)
 
     # ------------------------------------------------------------------ queries
+
+    @property
+    def inbox(self) -> str | None:
+        """The latest reply not yet used (``None`` when there is none)."""
+        return self.inputs[-1].text if self.inputs else None
 
     @property
     def step_count(self) -> int:

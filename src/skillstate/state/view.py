@@ -74,7 +74,7 @@ class View(Generic[S_co]):
 
     @property
     def inbox(self) -> str | None:
-        """The latest user input, if the previous step left one."""
+        """The latest reply not yet used (``state.inputs`` has every one, numbered)."""
         return self.state.inbox
 
     @property
@@ -85,11 +85,18 @@ class View(Generic[S_co]):
         return self.state.tried[-1] if self.state.tried else None
 
     @property
+    def can_revise(self) -> bool:
+        """Whether ``revise`` is offered: a user's reply is waiting to be used."""
+        return bool(self.state.inputs)
+
+    @property
     def action_schema(self) -> dict[str, Any]:
         """The response schema of this decision (see :func:`decision_schema`)."""
         from skillstate.engine.actions import decision_schema
 
-        return decision_schema(self.params, self.next_steps, can_ask=self.can_ask)
+        return decision_schema(
+            self.params, self.next_steps, can_ask=self.can_ask, can_revise=self.can_revise
+        )
 
 
 def render_view(
@@ -199,8 +206,8 @@ def _render(
             lines.append(f"- {s.name}({params}): {s.description}")
     if state.question:
         lines.append(f"Open question: {state.question}")
-    if state.inbox is not None:
-        lines.append(f"User input: {state.inbox}")
+    for reply in state.inputs:
+        lines.append(f"User input #{reply.index + 1}: {reply.text}")
     return "\n".join(lines)
 
 

@@ -8,9 +8,16 @@ from collections.abc import Callable
 from typing import cast
 
 from skillstate.errors import InvalidStoreURL
-from skillstate.store.base import Checkpoint, Store
+from skillstate.store.base import Checkpoint, HeadInfo, Store
 
-__all__ = ["DEFAULT_STORE_URL", "Checkpoint", "Store", "default_store_url", "open_store"]
+__all__ = [
+    "DEFAULT_STORE_URL",
+    "Checkpoint",
+    "HeadInfo",
+    "Store",
+    "default_store_url",
+    "open_store",
+]
 
 DEFAULT_STORE_URL = "sqlite:///.skillstate/state.db"
 
