@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from skillstate._json import dumps
 from skillstate.state.diff import Differ, apply_patch, make_patch
 
 scalars = (
@@ -65,7 +66,8 @@ def test_differ_over_a_chain_of_versions(versions: list[dict[str, Any]]) -> None
         rebuilt = apply_patch(copy.deepcopy(current), patch)
         assert json.dumps(rebuilt, sort_keys=True) == json.dumps(nxt, sort_keys=True)
         assert json.loads(document.text) == nxt
-        assert document.text == json.dumps(nxt, separators=(",", ":"), ensure_ascii=False)
+        # The stores' own text (orjson's; the stdlib's save exponents: 1e-7, not 1e-07).
+        assert document.text == dumps(nxt)
         current = document  # what the runtime passes next: the committed document
 
 
@@ -79,3 +81,52 @@ def test_differ_appends_and_detects_type_changes() -> None:
         {"op": "add", "path": "/log/-", "value": "b,c"},
         {"op": "replace", "path": "/n", "value": True},
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(json_values, min_size=1, max_size=8),
+    st.integers(min_value=0, max_value=9),
+    st.lists(json_values, max_size=3),
+)
+def test_a_window_that_moved_on_is_patched_exactly(
+    old: list[Any], dropped: int, appended: list[Any]
+) -> None:
+    """A bounded window (oldest entries out, new ones in) rebuilds exactly, types included."""
+    new = old[dropped:] + appended
+    differ = Differ()
+    _, document = differ.diff({}, {"w": old})
+    patch, _ = differ.diff(document, {"w": new})
+    rebuilt = apply_patch(copy.deepcopy({"w": old}), patch)
+    assert json.dumps(rebuilt) == json.dumps({"w": new})
+
+
+def test_a_window_shift_is_removes_and_appends() -> None:
+    """Dropping the oldest record and appending one costs two ops, not the whole list."""
+    differ = Differ()
+    old = [{"id": f"{i:04d}", "n": i} for i in range(20)]
+    new = [*old[1:], {"id": "0020", "n": 20}]
+    _, document = differ.diff({}, {"steps": old, "v": 1})
+    patch, _ = differ.diff(document, {"steps": new, "v": 2})
+    assert patch == [
+        {"op": "remove", "path": "/steps/0"},
+        {"op": "add", "path": "/steps/-", "value": {"id": "0020", "n": 20}},
+        {"op": "replace", "path": "/v", "value": 2},
+    ]
+    # 1 -> 1.0 inside the window is not a shift: the list is replaced.
+    moved = [{"id": "0001", "n": 1.0}, *old[2:]]
+    patch, _ = differ.diff({"steps": old}, {"steps": moved})
+    assert patch == [{"op": "replace", "path": "/steps", "value": moved}]
+
+
+def test_changed_keys_are_the_only_ones_serialized_again() -> None:
+    """With ``changed``, the other keys reuse their texts: the caller vouches they are equal."""
+    differ = Differ()
+    _, document = differ.diff({}, {"a": [1, 2], "b": {"x": 1}})
+    after = {"a": [1, 2, 3], "b": {"x": 1}}
+    patch, stored = differ.diff(document, after, changed={"a"})
+    assert patch == [{"op": "add", "path": "/a/-", "value": 3}]
+    assert stored.text == '{"a":[1,2,3],"b":{"x":1}}'
+    # A `before` the differ did not produce: everything is compared, the hint ignored.
+    patch, _ = Differ().diff({"a": [1, 2], "b": {"x": 1}}, {"a": [1, 2], "b": {"x": 2}}, changed=())
+    assert patch == [{"op": "replace", "path": "/b/x", "value": 2}]

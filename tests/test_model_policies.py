@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import Any
 
 import pytest
@@ -309,15 +310,51 @@ class TestRepairs:
         assert totals.cost == pytest.approx(sum(e.usage.cost or 0 for e in decided if e.usage))
         assert totals.cost > 0
 
-    def test_scripted_policies_are_counted_offline(self) -> None:
-        """Without a model, the event records what one would have been sent (estimated)."""
+    def test_scripted_policies_count_nothing_until_a_report_asks(self) -> None:
+        """No model, no spend: a scripted decision records no usage and renders no view
+        text it does not read; the tokens report estimates it from the stored versions."""
+        from dataclasses import replace
+
+        from skillstate.engine.actions import Action
+        from skillstate.engine.transcript import decision_usage
+        from skillstate.state.view import View
+
+        rendered: list[int] = []
+        original = View._rendered
+
+        def counting(view: View[Any]) -> Any:
+            rendered.append(1)
+            return original.func(view)  # type: ignore[attr-defined]
+
+        def plan(view: View[Any]) -> Action:
+            if view.state.total < 30:
+                return CallSkill(skill="add", params={"value": 10})
+            if not view.state.ordered:
+                return CallSkill(skill="order", params={"items": [{"name": "a"}]})
+            return Finish()
+
         store = MemoryStore()
-        Runtime(shop_agent(), store).run("t")
-        usage = store.events("t")[-1].usage
-        assert usage is not None
-        assert usage.estimated
-        assert usage.calls == 0
-        assert usage.prompt == store.events("t")[-1].view_tokens
+        agent = replace(shop_agent(), policy=ScriptedPolicy(plan))
+        try:
+            View._rendered = cached_property(counting)  # type: ignore[assignment,method-assign]
+            View._rendered.__set_name__(View, "_rendered")
+            result = Runtime(agent, store).run("t")
+        finally:
+            View._rendered = original  # type: ignore[method-assign]
+        assert result.stopped == "completed"
+        decisions = [e for e in store.events("t") if e.actor == "policy"]
+        assert len(decisions) == 5
+        assert rendered == []
+        assert all(e.usage is None and e.view_tokens is None for e in decisions)
+        assert result.state.usage.prompt == 0
+        estimated = [e for e in decision_usage(store, "t", agent) if e.actor == "policy"]
+        assert len(estimated) == len(decisions)
+        for event in estimated:
+            assert event.usage is not None
+            assert event.usage.estimated
+            assert event.usage.calls == 0
+            before = agent.parse_state(store.checkpoint("t", event.version - 1).state)
+            assert event.usage.prompt == agent.view(before).tokens > 0
 
 
 # ---------------------------------------------------------------- baselines

@@ -1,50 +1,83 @@
 """The one JSON text form every store writes: compact, UTF-8, no NaN, key order kept.
 
-Serializing is on every commit's path (the runtime dumps each top-level field of
-the state to diff it, and the store writes the result), so this calls CPython's C
-encoder directly: ``json.dumps`` with options builds a new encoder per call, and
-its circular-reference bookkeeping is wasted on documents that are trees by
-construction (they come from ``model_dump``/``json.loads``).
+Serializing and parsing are on every commit's and every load's path, so both go
+through orjson (about ten times the stdlib's speed). Its text is the stdlib's
+compact form for every value a card can hold, except exponents: ``1e-07`` is
+``1e-7``. Whatever orjson refuses or would write differently falls back to the
+stdlib, which then serializes or raises as it always did: integers beyond 64
+bits, keys that are not strings, lone surrogates, subclasses and types JSON does
+not have (passed through, never converted). Parsing falls back the same way,
+and for any text with a 19-digit run, which orjson could round to a float. NaN
+and infinity are kept out of
+cards where values come in (:mod:`skillstate.limits`): orjson would write them
+as ``null``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["dumps", "get_path"]
+import orjson
+
+__all__ = ["dumps", "dumps_sorted", "get_path", "loads"]
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_sorted_encoder = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=True
+)
 _escape: Callable[[str], str] = json.encoder.encode_basestring
-_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+# Subclasses (str enums), dataclasses and datetimes go to the stdlib: it serializes
+# or refuses them exactly as before orjson was used.
+_PASS = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+_PASS |= orjson.OPT_PASSTHROUGH_DATETIME
 
 
-def _fallback(value: Any) -> str:
+def dumps(value: Any) -> str:
+    """``value`` as compact JSON text (raises ``TypeError``/``ValueError`` like json)."""
+    if type(value) is str:
+        return _escape(value)
+    try:
+        return orjson.dumps(value, option=_PASS).decode()
+    except TypeError:
+        return _encoder.encode(value)
+
+
+def dumps_sorted(value: Any) -> str:
+    """:func:`dumps` with object keys sorted (what version checksums hash)."""
+    try:
+        return orjson.dumps(value, option=_PASS | orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return _sorted_encoder.encode(value)
+
+
+def dumps_stdlib(value: Any) -> str:
+    """The stdlib's compact text, as checksums written before orjson hashed it."""
     return _encoder.encode(value)
 
 
-if _c_make_encoder is not None:
-    _iterencode = _c_make_encoder(
-        None,  # no circular-reference markers: see the module docstring
-        _encoder.default,
-        _escape,
-        None,  # no indent
-        ":",
-        ",",
-        False,  # sort_keys
-        False,  # skipkeys
-        False,  # allow_nan
-    )
+def dumps_sorted_stdlib(value: Any) -> str:
+    """The stdlib's sorted text, as checksums written before orjson hashed it."""
+    return _sorted_encoder.encode(value)
 
-    def dumps(value: Any) -> str:
-        """``value`` as compact JSON text (raises ``TypeError``/``ValueError`` like json)."""
-        if type(value) is str:
-            return _escape(value)
-        return "".join(_iterencode(value, 0))
 
-else:  # pragma: no cover - interpreters without the C accelerator
-    dumps = _fallback
+_LONG_NUMBER = re.compile(r"\d{19}")
+_LONG_NUMBER_BYTES = re.compile(rb"\d{19}")
+"""19 digits in a row: maybe an integer beyond 64 bits, which orjson would parse as a
+float (silently rounded). Such texts are parsed by the stdlib, exactly."""
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON text; what orjson refuses or would round, the stdlib reads."""
+    long = _LONG_NUMBER if isinstance(text, str) else _LONG_NUMBER_BYTES
+    if long.search(text) is None:  # type: ignore[arg-type]
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def get_path(document: Mapping[str, Any], path: str) -> Any:

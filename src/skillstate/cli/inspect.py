@@ -173,12 +173,24 @@ def tokens(
     price_in: PriceInOpt = None,
     price_out: PriceOutOpt = None,
     as_json: JsonOpt = False,
+    agent_ref: AgentOpt = None,
 ) -> None:
-    """Tokens (and cost, given prices) of every decision of a task, and the totals."""
+    """Tokens (and cost, given prices) of every decision of a task, and the totals.
+
+    Decisions no model made (a scripted policy) are estimated from their views,
+    rendered again with the task's agent (marked ~).
+    """
     from skillstate._render import print_tokens
+    from skillstate.engine.transcript import decision_usage
+    from skillstate.errors import AgentImportError, StateCorrupted
     from skillstate.llm.base import Prices
 
-    events = [e for e in _store(store, create=False).events(task_id) if e.usage is not None]
+    db = _store(store, create=False)
+    try:
+        agent: Agent[Any] | None = _agent_for(db, task_id, agent_ref)
+    except (AgentImportError, StateCorrupted):
+        agent = None  # recorded usage is still shown
+    events = decision_usage(db, task_id, agent)
     prices = None
     if price_in is not None or price_out is not None:
         prices = Prices(input=price_in or 0.0, output=price_out or 0.0)

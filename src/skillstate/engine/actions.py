@@ -7,6 +7,7 @@ with :func:`parse_action`.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
@@ -119,13 +120,27 @@ def decision_schema(
     ``next_step`` is limited to the steps the machine allows from here. Each
     skill's own ``$defs`` are hoisted under a prefix so the branches can live in
     one document.
+
+    Built once per distinct set of inputs and shared by every decision that has
+    them (a 128-skill agent spent milliseconds per decision rebuilding it): read
+    the result, never modify it.
     """
+    return _decision_schema(tuple(params.items()), tuple(next_steps), can_ask, can_revise)
+
+
+@functools.lru_cache(maxsize=256)
+def _decision_schema(
+    params: tuple[tuple[str, type[BaseModel]], ...],
+    next_steps: tuple[str, ...],
+    can_ask: bool,
+    can_revise: bool,
+) -> dict[str, Any]:
     steps: dict[str, Any] = {"anyOf": [{"enum": list(next_steps)}, {"type": "null"}]}
     if not next_steps:
         steps = {"type": "null"}
     defs: dict[str, Any] = {}
     branches: list[dict[str, Any]] = []
-    for name, model in params.items():
+    for name, model in params:
         schema = _bounded(model.model_json_schema(ref_template=f"#/$defs/{name}__{{model}}"))
         for key, value in schema.pop("$defs", {}).items():
             defs[f"{name}__{key}"] = value
@@ -264,7 +279,23 @@ _CHARS_PER_TOKEN = 2.5
 tokenizes worse than prose (Gemma 3 270M averaged ~2.8 chars per token)."""
 
 
+_BUDGETS: dict[int, tuple[Mapping[str, Any], int]] = {}
+
+
 def reply_budget(schema: Mapping[str, Any]) -> int:
+    """Completion tokens that fit the longest reply ``schema`` allows (see
+    :func:`_reply_budget`); remembered for the shared schemas of :func:`decision_schema`."""
+    known = _BUDGETS.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
+    budget = _reply_budget(schema)
+    if len(_BUDGETS) >= 256:
+        _BUDGETS.clear()
+    _BUDGETS[id(schema)] = (schema, budget)  # holding the schema keeps its id unique
+    return budget
+
+
+def _reply_budget(schema: Mapping[str, Any]) -> int:
     """Completion tokens that fit the longest reply ``schema`` allows.
 
     A grammar-constrained model may legally fill every string to its

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from skillstate._validation import first_error
 from skillstate.engine.policy import Policy
 from skillstate.errors import AgentImportError, UsageError
-from skillstate.limits import DEFAULT_LIMITS, Limits
+from skillstate.limits import DEFAULT_LIMITS, Limits, problem
 from skillstate.skills.registry import SkillRegistry
 from skillstate.state.machine import StateMachine
 from skillstate.state.migrate import chain_problems, validate_state
@@ -206,6 +206,12 @@ class Agent(Generic[S]):
             "current_step": self.machine.initial,
             "agent": self.reference(),
         }
+        for name, value in fields.items():
+            # What a skill may not write, a caller may not start with either (a NaN
+            # would be stored as null: JSON has no NaN).
+            unfit = problem(value, chars=self.limits.value_chars, depth=self.limits.depth)
+            if unfit is not None:
+                raise UsageError(f"invalid initial state for task {task_id!r}: {name}: {unfit}")
         base.update(fields)
         try:
             return self.state_type.model_validate(base)

@@ -17,10 +17,10 @@ from skillstate.engine.agent import Agent
 from skillstate.engine.draft import Draft
 from skillstate.errors import StateCorrupted, StateError
 from skillstate.events import Actor, Event, TokenUsage, utcnow
-from skillstate.state.diff import Differ
-from skillstate.state.model import AgentState, UsageTotals
+from skillstate.state.diff import Differ, JsonDocument, Patch
+from skillstate.state.model import CARD_VERSION, AgentState, UsageTotals
 from skillstate.state.redact import Redactor
-from skillstate.state.secrets import secret_values
+from skillstate.state.secrets import secret_values, sensitive_fields
 from skillstate.store.base import Store
 
 if TYPE_CHECKING:
@@ -51,16 +51,28 @@ class Committer:
         # schema migration the two differ, and a store replays patches over raw docs.
         self._raw: dict[str, dict[str, Any]] = {}
         self._differs: dict[str, Differ] = {}
+        # Per task: a state and the stored document that is exactly its serialization,
+        # so a commit from that state re-serializes only the fields the step changed.
+        self._heads: dict[str, tuple[AgentState, dict[str, Any]] | None] = {}
 
     def load(self, task_id: str) -> AgentState:
         """The head state, validated (and migrated) into the agent's state class."""
         checkpoint = self.store.load(task_id)
-        state: AgentState = self.agent.parse_state(checkpoint.state, task_id=task_id)
+        raw = checkpoint.state
+        state: AgentState = self.agent.parse_state(raw, task_id=task_id)
         cached = self._raw.get(task_id)
         if cached is None or cached.get("version") != checkpoint.version:
             # A version is written once (compare-and-set), so a cached document of the same
             # version is the head's: keeping it keeps the differ's texts valid.
-            self._raw[task_id] = checkpoint.state
+            self._raw[task_id] = cached = raw
+        # The stored document is this state's own serialization unless loading it
+        # migrated something: then the next commit writes the card whole.
+        cls = type(state)
+        current = (
+            raw.get("card_version") == CARD_VERSION
+            and raw.get("schema_version") == cls.SCHEMA_VERSION
+        )
+        self._heads[task_id] = (state, cached) if current else None
         return state
 
     def redactor(self, *states: AgentState | None) -> Redactor:
@@ -89,28 +101,8 @@ class Committer:
         if draft.usage is not None:
             changes["usage"] = _add_usage(after.usage, draft.usage)
         final = after.replace(**changes)
-        document = final.to_json()
         redactor = self.redactor(before, final)
-        # A secret copied into a plain field (an error message, a summary), a token a
-        # tool returned, a phone number a user typed: masked in the state itself
-        # (sensitive fields are sealed, not masked), so memory and store never disagree.
-        cleaned = redactor.json(document)
-        if cleaned is not document:
-            try:
-                final = self.agent.parse_state(cleaned, task_id=final.task_id)
-            except StateCorrupted as exc:
-                raise StateError(
-                    f"the redaction policy masks field {exc.field!r} of task "
-                    f"{final.task_id!r} and the masked card is not valid; declare the field "
-                    "Sensitive[...] (sealed, not masked) or exempt it in the agent's "
-                    "RedactionPolicy"
-                ) from exc
-            document = final.to_json()
-        base: dict[str, Any] = {}
-        if before is not None:
-            raw = self._raw.get(before.task_id)
-            base = raw if raw is not None and raw.get("version") == expected else before.to_json()
-        patch, stored = self._differs.setdefault(final.task_id, Differ()).diff(base, document)
+        final, document, patch, stored, checked = self._serialize(before, final, redactor)
         event = Event(
             task_id=final.task_id,
             version=final.version,
@@ -125,18 +117,79 @@ class Committer:
             skill_transition=draft.transition,
             error=draft.error,
             patch=patch,
-            view_tokens=view.tokens if view else None,
+            view_tokens=_view_tokens(view, draft.usage),
             usage=draft.usage,
             started_at=started or utcnow(),
         )
-        event = redactor.event(event)
+        event = redactor.event(event, patch_clean=checked)
         self.store.commit(final.task_id, expected, stored, event, fence=self._fence(final.task_id))
         self._raw[final.task_id] = document
+        self._heads[final.task_id] = (final, document)
         if self.observer is not None and before is not None:
             from skillstate.engine.runtime import StepReport
 
             self.observer(StepReport(before=before, after=final, event=event, view=view))
         return final, event
+
+    def _serialize(
+        self, before: AgentState | None, final: AgentState, redactor: Redactor
+    ) -> tuple[AgentState, dict[str, Any], Patch, JsonDocument, bool]:
+        """``final`` as stored (masked), its document, the patch from ``before``'s
+        stored document, the document with its text, and whether the patch was
+        already found clean.
+
+        When ``before`` is the state of the last document this committer loaded or
+        wrote, only the fields the step replaced are serialized (a field the step
+        did not touch is the same object in both states) and only the patch is
+        masked: the rest of the document was masked when it was written. Otherwise,
+        or when the patch holds something to mask, the whole card is.
+        """
+        task_id = final.task_id
+        base: dict[str, Any] = {}
+        if before is not None:
+            raw = self._raw.get(task_id)
+            base = raw if raw is not None and raw.get("version") == before.version else {}
+            base = base or before.to_json()
+        differ = self._differs.setdefault(task_id, Differ())
+        head = self._heads.get(task_id) if before is not None else None
+        if head is not None and head[0] is before and head[1] is base:
+            names = type(final).model_fields
+            hidden = sensitive_fields(type(final))
+            changed = frozenset(
+                name
+                for name in names
+                if getattr(final, name) is not getattr(before, name) or name in hidden
+            )
+            part = final.to_json(changed)
+            document = {name: part[name] if name in changed else base[name] for name in names}
+            patch, stored = differ.diff(base, document, changed=changed)
+            if redactor.json(patch) is patch:
+                return final, document, patch, stored, True
+        document = final.to_json()
+        # A secret copied into a plain field (an error message, a summary), a token a
+        # tool returned, a phone number a user typed: masked in the state itself
+        # (sensitive fields are sealed, not masked), so memory and store never disagree.
+        cleaned = redactor.json(document)
+        if cleaned is not document:
+            try:
+                final = self.agent.parse_state(cleaned, task_id=task_id)
+            except StateCorrupted as exc:
+                raise StateError(
+                    f"the redaction policy masks field {exc.field!r} of task "
+                    f"{task_id!r} and the masked card is not valid; declare the field "
+                    "Sensitive[...] (sealed, not masked) or exempt it in the agent's "
+                    "RedactionPolicy"
+                ) from exc
+            document = final.to_json()
+        patch, stored = differ.diff(base, document)
+        return final, document, patch, stored, False
+
+
+def _view_tokens(view: View[Any] | None, usage: TokenUsage | None) -> int | None:
+    """The view's size for the event: counted when a model read it, else only if known."""
+    if view is None:
+        return None
+    return view.tokens if usage is not None and usage.calls else view.counted_tokens
 
 
 def _add_usage(totals: UsageTotals, usage: TokenUsage) -> UsageTotals:

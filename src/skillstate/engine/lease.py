@@ -76,9 +76,12 @@ class Holder:
         self.lost: str | None = None
         """Why the lease was lost (taken over, or not renewable), if it was."""
         self._heartbeat = heartbeat
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._renewed = 0.0
+        self._next_beat = 0.0
+        # Held by a renewal and by release(), so a heartbeat cannot renew a lease the
+        # worker has just released (that would hold the task for a whole TTL more).
+        self._lock = threading.Lock()
+        self._released = False
 
     @property
     def fence(self) -> int | None:
@@ -98,10 +101,7 @@ class Holder:
             self.lease = self.store.claim(self.task_id, self.worker, self.ttl)
         self._renewed = time.monotonic()
         if self._heartbeat:
-            self._thread = threading.Thread(
-                target=self._beat, name=f"skillstate-lease-{self.task_id}", daemon=True
-            )
-            self._thread.start()
+            _HEARTBEAT.add(self)
         return self.lease
 
     def renew(self) -> None:
@@ -111,7 +111,8 @@ class Holder:
         """
         self.check()
         if time.monotonic() - self._renewed >= self.ttl / 3:
-            self._renew()
+            with self._lock:
+                self._renew()
 
     def check(self) -> None:
         """Raise :class:`LeaseLost` if the lease was lost (before running an effect)."""
@@ -119,11 +120,16 @@ class Holder:
             raise LeaseLost(self.task_id, self.fence or 0, None)
 
     def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.ttl)
+        _HEARTBEAT.discard(self)
+        with self._lock:  # waits for a renewal in flight
+            self._released = True
         if self.lost is None:
             self.store.release(self.task_id, self.worker)
+
+    def due(self) -> float:
+        """When (``time.monotonic()``) the heartbeat renews next: a third of the TTL after
+        the last renewal, or after the last attempt that failed."""
+        return max(self._renewed, self._next_beat) + self.ttl / 3
 
     # ------------------------------------------------------------------ internals
 
@@ -141,15 +147,64 @@ class Holder:
         self.lease = lease
         self._renewed = time.monotonic()
 
-    def _beat(self) -> None:
-        interval = self.ttl / 3
-        while not self._stop.wait(interval):
+    def beat(self) -> bool:
+        """Renew from the heartbeat; never raises. False once the lease is gone for good
+        (released, or lost: recorded in :attr:`lost`, and the next commit is fenced)."""
+        with self._lock:
+            if self._released or self.lost is not None:
+                return False
             try:
                 self._renew()
             except Conflict:
-                return  # lost: recorded in self.lost; the next commit is fenced anyway
+                return False
             except StoreError:
-                continue  # the store hiccupped: try again next beat, before the TTL runs out
+                # The store hiccupped: try again a third of the TTL on, before it runs out.
+                self._next_beat = time.monotonic()
+            return True
+
+
+class _Heartbeat:
+    """One daemon thread per process renews every held lease when it is due.
+
+    A thread per lease cost a thread start and a join per call of ``Runtime.step``
+    (about a third of a millisecond on a busy machine); one shared thread that
+    sleeps until the next renewal is due costs nothing per call.
+    """
+
+    def __init__(self) -> None:
+        self._holders: set[Holder] = set()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, holder: Holder) -> None:
+        with self._wake:
+            self._holders.add(holder)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="skillstate-lease-heartbeat", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def discard(self, holder: Holder) -> None:
+        with self._wake:
+            self._holders.discard(holder)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                now = time.monotonic()
+                due = [h for h in self._holders if h.due() <= now]
+                if not due:
+                    wait = min((h.due() for h in self._holders), default=now + 60.0) - now
+                    self._wake.wait(timeout=max(wait, 0.01))
+                    continue
+            for holder in due:  # outside the condition: a renewal is a store round trip
+                if not holder.beat():
+                    self.discard(holder)
+
+
+_HEARTBEAT = _Heartbeat()
 
 
 @contextmanager

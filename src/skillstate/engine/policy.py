@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 from skillstate.engine.actions import Action, reply_budget, validate_decision
 from skillstate.errors import ActionRejected, DecisionFailed, UsageError
 from skillstate.llm.base import Message, Provider, Usage
+from skillstate.llm.tokens import preload
 from skillstate.state.model import AgentState
 from skillstate.state.view import View
 
@@ -131,6 +132,7 @@ class ModelPolicy:
         self.max_repairs = max_repairs
         self.max_tokens = max_tokens
         self._system = system
+        preload()  # the first decision counts tokens: start loading the tokenizer now
 
     def system_prompt(self, view: View[Any]) -> str:
         if self._system is not None:

@@ -28,6 +28,7 @@ from skillstate.engine.agent import Agent
 from skillstate.engine.commit import Committer
 from skillstate.engine.draft import Draft, reject, signature
 from skillstate.engine.guard import Guard, OnStall
+from skillstate.engine.history import find_step
 from skillstate.engine.lease import Holder, default_worker
 from skillstate.engine.policy import Decided
 from skillstate.engine.results import RunResult, StepReport, StopReason
@@ -43,7 +44,6 @@ from skillstate.errors import (
 from skillstate.events import TokenUsage, utcnow
 from skillstate.limits import problem
 from skillstate.llm.base import Prices, Usage
-from skillstate.llm.tokens import count_tokens
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus, UserInput
 from skillstate.state.view import View
 from skillstate.store.base import Store
@@ -385,7 +385,7 @@ class Runtime(Generic[S]):
             decided = self.agent.policy.decide(view)
         except DecisionFailed as exc:
             return self._invalid_decision(state, exc, step_id, view=view, started=started)
-        action, usage = self._accounted(decided, view)
+        action, usage = self._accounted(decided)
         if isinstance(action, CallSkill):
             skill = self.agent.skills.get(action.skill)
             if skill is not None and skill.recheck:
@@ -416,11 +416,16 @@ class Runtime(Generic[S]):
         view = self.agent.view(cast(S, state))
         store, task_id = self.store, state.task_id
         redactor = self._committer.redactor(state)
-        # History baselines need the conversation; it is rebuilt only if asked for.
-        return replace(view, transcript=lambda: conversation(store, task_id, redactor=redactor))
+        # History baselines need the conversation, and a policy may look up a step older
+        # than the card's window: both are read from the event log only if asked for.
+        return replace(
+            view,
+            transcript=lambda: conversation(store, task_id, redactor=redactor),
+            lookup=lambda step_id: find_step(store, task_id, step_id),
+        )
 
-    def _accounted(self, decided: Action | Decided, view: View[Any]) -> tuple[Action, TokenUsage]:
-        """The action, and what deciding it cost (counted offline for scripted policies)."""
+    def _accounted(self, decided: Action | Decided) -> tuple[Action, TokenUsage | None]:
+        """The action, and what deciding it cost (``None``: no model was called)."""
         if isinstance(decided, Decided):
             u = decided.usage
             return decided.action, TokenUsage(
@@ -434,9 +439,10 @@ class Runtime(Generic[S]):
                 cost=self.prices.cost(u.prompt, u.completion, u.cached) if self.prices else None,
                 duration_ms=round(decided.duration_ms, 1),
             )
-        # No model was called: record what one would have been sent and returned.
-        reply = count_tokens(decided.model_dump_json())
-        return decided, TokenUsage(prompt=view.tokens, completion=reply, estimated=True)
+        # No model was called: nothing was spent, and nothing is counted (a report
+        # that wants a scripted run's prompt sizes renders them from the stored
+        # versions: `skillstate run --compare`).
+        return decided, None
 
     def _invalid_decision(
         self,
@@ -473,7 +479,7 @@ class Runtime(Generic[S]):
         action: CallSkill,
         *,
         found: tuple[Draft, list[StepRecord]],
-        usage: TokenUsage,
+        usage: TokenUsage | None,
         view: View[Any],
         started: datetime,
     ) -> StepReport[Any]:

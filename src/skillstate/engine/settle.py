@@ -123,7 +123,7 @@ class Settling:
         *,
         view: View[Any],
         started: datetime,
-        usage: TokenUsage,
+        usage: TokenUsage | None,
     ) -> StepReport[Any]:
         """Commit the intent (the decision), then run the effect and commit its outcome."""
         after = state.replace(

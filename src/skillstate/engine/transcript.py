@@ -15,15 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from skillstate.engine.agent import Agent
-from skillstate.errors import ArtifactNotFound
-from skillstate.events import Event
+from skillstate.errors import ArtifactNotFound, SkillstateError
+from skillstate.events import Event, TokenUsage
 from skillstate.llm.base import Message
 from skillstate.llm.tokens import count_tokens
 from skillstate.state.redact import Redactor
 from skillstate.store.base import Store
 from skillstate.store.sealing import read_artifact
 
-__all__ = ["DecisionTokens", "compare_prompts", "conversation", "history_messages"]
+__all__ = [
+    "DecisionTokens",
+    "compare_prompts",
+    "conversation",
+    "decision_usage",
+    "history_messages",
+]
 
 
 @dataclass(frozen=True)
@@ -105,14 +111,55 @@ def history_messages(store: Store, task_id: str, agent: Agent[Any]) -> list[list
 
 
 def compare_prompts(store: Store, task_id: str, agent: Agent[Any]) -> list[DecisionTokens]:
-    """Per decision: the state view's tokens (as recorded) and the transcript's."""
+    """Per decision: the state view's tokens and the transcript's.
+
+    A decision no model made (a scripted policy) recorded no view size: its view is
+    rendered again from the version it was decided on, and counted.
+    """
     decisions = [e for e in store.events(task_id) if e.actor == "policy"]
     prompts = history_messages(store, task_id, agent)
     out = []
     for event, messages in zip(decisions, prompts, strict=True):
         text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
-        out.append(DecisionTokens(event.version, event.view_tokens or 0, count_tokens(text)))
+        view = event.view_tokens
+        if view is None:
+            view = _view_tokens_at(store, task_id, agent, event.version - 1) or 0
+        out.append(DecisionTokens(event.version, view, count_tokens(text)))
     return out
+
+
+def decision_usage(store: Store, task_id: str, agent: Agent[Any] | None) -> list[Event]:
+    """Every decision's event with its usage: as recorded when a model decided.
+
+    A decision no model made recorded none (nothing was spent, nothing counted at
+    run time); with the agent known, it gets an estimate here: the tokens of the
+    view it was decided on and of the action, as one model call would have used.
+    """
+    out = []
+    for event in store.events(task_id):
+        if event.usage is not None:
+            out.append(event)
+            continue
+        if event.actor != "policy" or agent is None:
+            continue
+        prompt = event.view_tokens
+        if prompt is None:
+            prompt = _view_tokens_at(store, task_id, agent, event.version - 1)
+        if prompt is None:
+            continue
+        reply = count_tokens(json.dumps(event.action, ensure_ascii=False))
+        usage = TokenUsage(prompt=prompt, completion=reply, estimated=True)
+        out.append(event.model_copy(update={"usage": usage}))
+    return out
+
+
+def _view_tokens_at(store: Store, task_id: str, agent: Agent[Any], version: int) -> int | None:
+    """Tokens of the view of ``version``, rendered again (``None``: version pruned)."""
+    try:
+        document = store.checkpoint(task_id, version).state
+    except SkillstateError:
+        return None
+    return agent.view(agent.parse_state(document, task_id=task_id)).tokens
 
 
 def _raw(store: Store, ref: str | None, fallback: str) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from skillstate.engine.actions import Action, CallSkill
+from skillstate.engine.history import step_records
 from skillstate.engine.replay import Expectations, attribute
 from skillstate.engine.runtime import Runtime
 from skillstate.errors import ContextOverflow, SkillstateError
@@ -267,7 +268,8 @@ def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResu
     result.success = run.failure is None and not failed
     if result.failure is None and failed:
         result.failure = f"check {failed[0].name} failed: {failed[0].detail}".strip()
-    committed = sum(1 for r in state.completed_steps if r.action in {"call_skill", "finish"})
+    # The card keeps only the latest steps; the event log has every one.
+    committed = sum(1 for r in step_records(events) if r.action in {"call_skill", "finish"})
     result.step_completion = min(1.0, committed / len(plan)) if plan else 0.0
     result.intermediate_validity = sum(1 for c in checks if c.ok) / len(checks) if checks else 0.0
     found = attribute(store, TASK_ID, expectations(env, variant), failure=result.failure)

@@ -16,7 +16,7 @@ every node and costs about a millisecond per step on a 100 KB state.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import jsonpatch
@@ -67,13 +67,31 @@ class Differ:
         self._last: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._texts: dict[str, str] = {}
 
-    def diff(self, before: dict[str, Any], after: dict[str, Any]) -> tuple[Patch, JsonDocument]:
-        """The patch from ``before`` to ``after``, and ``after`` with its JSON text."""
+    def diff(
+        self,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        *,
+        changed: Collection[str] | None = None,
+    ) -> tuple[Patch, JsonDocument]:
+        """The patch from ``before`` to ``after``, and ``after`` with its JSON text.
+
+        ``changed`` names the only keys whose values may differ (the caller knows
+        which fields a step replaced): the others are taken as equal and their texts
+        reused, so a commit serializes only what it changed.
+        """
         if self._last is not None and (before is self._last[0] or before is self._last[1]):
             old_texts = self._texts
         else:
             old_texts = {key: _dumps(value) for key, value in before.items()}
-        new_texts = {key: _dumps(value) for key, value in after.items()}
+            changed = None
+        if changed is None:
+            new_texts = {key: _dumps(value) for key, value in after.items()}
+        else:
+            new_texts = {
+                key: _dumps(value) if key in changed or key not in old_texts else old_texts[key]
+                for key, value in after.items()
+            }
         ops: Patch = []
         for key in before:
             if key not in after:
@@ -86,27 +104,41 @@ class Differ:
             where = f"/{_escape(key)}"
             if old_text is None:
                 ops.append({"op": "add", "path": where, "value": new})
-                continue
-            old = before[key]
-            if isinstance(old, list) and isinstance(new, list) and len(new) > len(old):
-                # Exact: a JSON array text ending in "," after k complete values fixes them.
-                head = "[" if not old else old_text[:-1] + ","
-                if text.startswith(head):
-                    ops.extend(
-                        {"op": "add", "path": f"{where}/-", "value": item}
-                        for item in new[len(old) :]
-                    )
-                    continue
-            if isinstance(old, dict) and isinstance(new, dict):
-                _diff_object(old, new, where, ops)
             else:
-                ops.append({"op": "replace", "path": where, "value": new})
+                _diff_value(before[key], old_text, new, text, where=where, ops=ops)
         body = ",".join(_key_prefix(key) + text for key, text in new_texts.items())
         document = JsonDocument.of(after, "{" + body + "}")
         # The caller may pass either object back as the next ``before``.
         self._last = (after, document)
         self._texts = new_texts
         return ops, document
+
+
+def _diff_value(old: Any, old_text: str, new: Any, text: str, *, where: str, ops: Patch) -> None:
+    """Ops for one changed top-level value, decided on its texts where they tell."""
+    if isinstance(old, list) and isinstance(new, list):
+        if len(new) > len(old):
+            # Exact: a JSON array text ending in "," after k complete values fixes them.
+            head = "[" if not old else old_text[:-1] + ","
+            if text.startswith(head):
+                ops.extend(
+                    {"op": "add", "path": f"{where}/-", "value": item} for item in new[len(old) :]
+                )
+                return
+        shifted = _shift(old, old_text, new, text)
+        if shifted is not None:
+            # A bounded window that moved on (recent steps, errors, evidence): drop
+            # its oldest entries and append the new ones.
+            ops.extend({"op": "remove", "path": f"{where}/0"} for _ in range(shifted))
+            ops.extend(
+                {"op": "add", "path": f"{where}/-", "value": item}
+                for item in new[len(old) - shifted :]
+            )
+            return
+    if isinstance(old, dict) and isinstance(new, dict):
+        _diff_object(old, new, where, ops)
+    else:
+        ops.append({"op": "replace", "path": where, "value": new})
 
 
 def _diff_object(before: dict[str, Any], after: dict[str, Any], path: str, ops: Patch) -> None:
@@ -134,6 +166,26 @@ def _diff_object(before: dict[str, Any], after: dict[str, Any], path: str, ops: 
             )
         else:
             ops.append({"op": "replace", "path": where, "value": new})
+
+
+MAX_SHIFT = 8
+"""How many dropped entries a window shift may have before the list is replaced whole."""
+
+
+def _shift(old: list[Any], old_text: str, new: list[Any], text: str) -> int | None:
+    """``k`` when ``new`` is ``old`` without its first ``k`` entries, plus appended ones.
+
+    Decided on the texts, exactly like an append: ``old``'s text less its first
+    ``k`` values must open ``new``'s text, followed by ``,`` or the closing ``]``.
+    """
+    cut = 1  # past "["
+    for k in range(1, min(MAX_SHIFT, len(old) - 1) + 1):
+        cut += len(_dumps(old[k - 1])) + 1  # the value and its ","
+        rest = old_text[cut:-1]
+        if text.startswith(rest, 1) and text[len(rest) + 1 : len(rest) + 2] in (",", "]"):
+            kept = len(old) - k
+            return k if len(new) >= kept else None
+    return None
 
 
 @functools.lru_cache(maxsize=4096)

@@ -303,6 +303,10 @@ class AgentState(BaseModel):
     """Evidence is a bounded buffer: the oldest summaries go first (the refs stay valid)."""
     MAX_ERRORS: ClassVar[int] = 50
     """The error log keeps this many entries in state; events keep all of them."""
+    MAX_STEPS: ClassVar[int] = 20
+    """``completed_steps`` keeps the most recent records, this many; ``steps_taken``
+    counts all of them and the event log keeps every one (``View.step(id)`` finds an
+    older one). Bounded so a step costs the same at step 10 and at step 10,000."""
 
     task_id: str = Field(min_length=1)
     status: TaskStatus = TaskStatus.CREATED
@@ -311,6 +315,8 @@ class AgentState(BaseModel):
     """Hard rules stated once; every prompt view shows all of them."""
     current_step: str = "init"
     completed_steps: tuple[StepRecord, ...] = ()
+    """The most recent steps (:attr:`MAX_STEPS` of them), oldest first. Steps with
+    fingerprints are the last to leave, so a resume can still re-check them."""
     steps_taken: int = 0
     """Steps completed over the task's life. Never decreases (a stale step leaves
     ``completed_steps`` but still counts), so it numbers logical steps: effect keys
@@ -410,14 +416,48 @@ class AgentState(BaseModel):
         return self.model_copy(update=changes)
 
     def with_writes(self, writes: Mapping[str, Any]) -> AgentState:
-        """A validated copy with dotted-path ``writes`` applied (``facts.total`` or a field)."""
-        data = self.model_dump(mode="python")
+        """A validated copy with dotted-path ``writes`` applied (``facts.total`` or a field).
+
+        Only the fields written are validated, on a copy of this (already valid) card:
+        the cost of a step does not depend on how much the card holds. A class with
+        model validators of its own is validated whole instead, since they may check
+        fields against each other.
+        """
+        if not writes:
+            return self
+        fields = type(self).model_fields
+        grouped: dict[str, Any] = {}
         for path, value in writes.items():
-            _set_path(data, path, copy.deepcopy(value))
-        return self._validated(data)
+            top, _, rest = path.partition(".")
+            if top not in fields:
+                raise StateError(f"invalid state: {top}: no such field")
+            if not rest:
+                grouped[top] = copy.deepcopy(value)
+                continue
+            if top not in grouped:
+                grouped[top] = self.model_dump(mode="python", include={top}).get(top)
+            holder = {top: grouped[top]}
+            _set_path(holder, path, copy.deepcopy(value))
+            grouped[top] = holder[top]
+        if not _assignable(type(self)):
+            data = self.model_dump(mode="python")
+            data.update(grouped)
+            return self._validated(data)
+        updated = self.model_copy()
+        validator = type(self).__pydantic_validator__
+        for name, value in grouped.items():
+            try:
+                validator.validate_assignment(updated, name, value)
+            except ValidationError as exc:
+                raise StateError(f"invalid state: {first_error(exc, 'state')}") from exc
+        return updated
 
     def with_step(self, record: StepRecord) -> Self:
-        """Append ``record`` unless a step with its id is already recorded (idempotent)."""
+        """Append ``record`` unless a step with its id is already recorded (idempotent).
+
+        The window keeps :attr:`MAX_STEPS` records: the oldest without fingerprints
+        leaves first.
+        """
         if self.has_step(record.id):
             return self
         # One plan entry per step: a plan may name the same skill twice.
@@ -427,7 +467,7 @@ class AgentState(BaseModel):
                 pending.remove(label)
                 break
         return self.replace(
-            completed_steps=(*self.completed_steps, record),
+            completed_steps=_window((*self.completed_steps, record), type(self).MAX_STEPS),
             steps_taken=self.steps_taken + 1,
             pending_steps=tuple(pending),
         )
@@ -450,13 +490,14 @@ class AgentState(BaseModel):
         except ValidationError as exc:
             raise StateError(f"invalid state: {first_error(exc, 'state')}") from exc
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, fields: Iterable[str] | None = None) -> dict[str, Any]:
         """The state as plain JSON types (what stores persist and patches diff).
 
         Sensitive fields come out sealed (``enc:v1:...``), or this raises
         ``SecretKeyMissing``: the stored form never holds them in the clear.
+        ``fields`` limits it to those top-level fields (what a commit re-serializes).
         """
-        data = self.model_dump(mode="json")
+        data = self.model_dump(mode="json", include=None if fields is None else set(fields))
         if sensitive_fields(type(self)):  # a card without any pays nothing
             return seal(type(self), data)
         return data
@@ -493,6 +534,35 @@ class AgentState(BaseModel):
         hidden = sensitive_fields(type(self))
         for name, value in super().__repr_args__():
             yield name, (MASK if name in hidden and value is not None else value)
+
+
+def _window(records: tuple[StepRecord, ...], size: int) -> tuple[StepRecord, ...]:
+    """The last ``size`` records, dropping the oldest unfingerprinted ones first."""
+    size = max(size, 1)
+    excess = len(records) - size
+    if excess <= 0:
+        return records
+    dropped: set[int] = set()
+    for index, record in enumerate(records):
+        if len(dropped) == excess:
+            break
+        if not record.fingerprints:
+            dropped.add(index)
+    kept = tuple(r for index, r in enumerate(records) if index not in dropped)
+    return kept[-size:]
+
+
+_ASSIGNABLE: dict[type[AgentState], bool] = {}
+
+
+def _assignable(cls: type[AgentState]) -> bool:
+    """Whether writes may be validated field by field: no model validators but ours."""
+    found = _ASSIGNABLE.get(cls)
+    if found is None:
+        validators = cls.__pydantic_decorators__.model_validators
+        found = set(validators) <= {"_unseal_sensitive"}
+        _ASSIGNABLE[cls] = found
+    return found
 
 
 def _set_path(data: dict[str, Any], path: str, value: Any) -> None:

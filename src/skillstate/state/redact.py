@@ -409,8 +409,11 @@ class Redactor:
 
     # ---- events
 
-    def event(self, e: Event) -> Event:
-        """``e`` with its action, tool calls, error, verdict, transition and patch redacted."""
+    def event(self, e: Event, *, patch_clean: bool = False) -> Event:
+        """``e`` with its action, tool calls, error, verdict, transition and patch redacted.
+
+        ``patch_clean``: the caller already found nothing to mask in the patch.
+        """
         if not self:
             return e
         update: dict[str, Any] = {}
@@ -422,7 +425,7 @@ class Redactor:
             update["tool_calls"] = calls
         if e.error is not None and (error := self.text(e.error)) is not e.error:
             update["error"] = error
-        patch = self._json(e.patch)
+        patch = e.patch if patch_clean else self._json(e.patch)
         if patch is not e.patch:
             update["patch"] = patch
         if (

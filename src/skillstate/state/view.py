@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
 from skillstate.llm.tokens import count_tokens, tokenizer_name
-from skillstate.state.model import AgentState, FailedAttempt
+from skillstate.state.model import AgentState, FailedAttempt, StepRecord
 from skillstate.state.secrets import MASK, sensitive_fields
 
 if TYPE_CHECKING:
@@ -43,26 +44,23 @@ RECENT_EVIDENCE = 5
 VALUE_CHARS = 200
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class View(Generic[S_co]):
     """What the policy sees for one decision, typed by the agent's state class:
-    ``View[TripState]`` gives ``view.state`` as a ``TripState``."""
+    ``View[TripState]`` gives ``view.state`` as a ``TripState``.
+
+    Nothing is rendered or counted until it is read: a scripted policy that looks
+    only at :attr:`state` pays for neither the text nor its tokens, and a model
+    policy pays for the tokens once (they are cached with the view).
+    """
 
     state: S_co
-    text: str
-    """The rendered prompt view, exactly as a model would receive it."""
     skills: tuple[str, ...]
     """Names of the skills whose ``when`` holds now."""
     next_steps: tuple[str, ...]
     """Steps the machine allows from the current one."""
-    tokens: int = 0
-    tokenizer: str = ""
-    dropped: tuple[str, ...] = field(default_factory=tuple)
-    """What a token budget removed, e.g. ``("evidence[0]",)``."""
     agent_name: str = ""
     agent_description: str = ""
-    skill_catalog: tuple[tuple[str, str], ...] = ()
-    """Every skill of the agent as ``(signature, description)``: what a system prompt lists."""
     params: Mapping[str, type[BaseModel]] = field(default_factory=dict)
     """The params model of each skill in :attr:`skills`."""
     can_ask: bool = True
@@ -71,6 +69,63 @@ class View(Generic[S_co]):
     """The task's conversation so far, as a history-driven agent would hold it (every
     user message, decision and full tool output). Set by the runtime; rebuilt from
     the event log only when a policy asks (the state policy never does)."""
+    lookup: Callable[[str], StepRecord | None] | None = field(default=None, compare=False)
+    """Finds an older step's record in the event log (see :meth:`step`); set by the runtime."""
+    budget: int | None = None
+    """Token budget of :attr:`text` (``None``: rendered whole)."""
+    render: Callable[[int | None], tuple[str, int | None, tuple[str, ...]]] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """Renders the text under a budget: ``(text, tokens if counted, dropped)``."""
+    catalog: Callable[[], tuple[tuple[str, str], ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    @cached_property
+    def _rendered(self) -> tuple[str, int | None, tuple[str, ...]]:
+        return self.render(self.budget) if self.render is not None else ("", 0, ())
+
+    @property
+    def text(self) -> str:
+        """The rendered prompt view, exactly as a model would receive it."""
+        return self._rendered[0]
+
+    @cached_property
+    def tokens(self) -> int:
+        """Tokens of :attr:`text` under :attr:`tokenizer` (counted on first use)."""
+        known = self._rendered[1]
+        return known if known is not None else count_tokens(self.text)
+
+    @property
+    def counted_tokens(self) -> int | None:
+        """:attr:`tokens` if something already counted them, else ``None`` (no counting)."""
+        if "tokens" in self.__dict__:
+            return self.tokens
+        if "_rendered" in self.__dict__:
+            return self._rendered[1]
+        return None
+
+    @property
+    def tokenizer(self) -> str:
+        return tokenizer_name()
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        """What a token budget removed, e.g. ``("evidence", "evidence")``."""
+        return self._rendered[2]
+
+    @cached_property
+    def skill_catalog(self) -> tuple[tuple[str, str], ...]:
+        """Every skill of the agent as ``(signature, description)``: what a system prompt lists."""
+        return self.catalog() if self.catalog is not None else ()
+
+    def step(self, step_id: str) -> StepRecord | None:
+        """The record of step ``step_id``: from the card's recent steps, else the event
+        log (the card keeps only ``MAX_STEPS`` of them)."""
+        for record in reversed(self.state.completed_steps):
+            if record.id == step_id:
+                return record
+        return self.lookup(step_id) if self.lookup is not None else None
 
     @property
     def inbox(self) -> str | None:
@@ -110,7 +165,8 @@ def render_view(
     can_ask: bool = True,
     value_chars: int = VALUE_CHARS,
 ) -> View[S]:
-    """Render ``state`` into a :class:`View`, trimmed to ``budget`` tokens if given."""
+    """The :class:`View` of ``state``; its text is rendered (trimmed to ``budget``
+    tokens if given) when first read."""
     # A finished task has nothing left to call; a skill applies when its `when` holds
     # and the machine allows entering its step from here (else calling it could
     # only be refused as an illegal transition).
@@ -119,6 +175,36 @@ def render_view(
         current = state.current_step
         applicable = [s for s in applicable if s.step is None or machine.can(current, s.step)]
     next_steps = tuple(sorted(machine.allowed(state.current_step))) if machine else ()
+
+    def render(limit: int | None) -> tuple[str, int | None, tuple[str, ...]]:
+        return _trimmed(state, applicable, next_steps, limit, value_chars)
+
+    def catalog() -> tuple[tuple[str, str], ...]:
+        return tuple(
+            (f"{s.name}({', '.join(s.params.model_fields)})", s.description) for s in skills
+        )
+
+    return View(
+        state=state,
+        skills=tuple(s.name for s in applicable),
+        next_steps=next_steps,
+        agent_name=agent_name,
+        agent_description=agent_description,
+        params={s.name: s.params for s in applicable},
+        can_ask=can_ask,
+        budget=budget,
+        render=render,
+        catalog=catalog,
+    )
+
+
+def _trimmed(
+    state: AgentState,
+    applicable: Sequence[Skill[Any, Any]],
+    next_steps: tuple[str, ...],
+    budget: int | None,
+    value_chars: int,
+) -> tuple[str, int | None, tuple[str, ...]]:
     evidence = list(state.evidence[-RECENT_EVIDENCE:])
     tried = list(state.tried)
     steps = list(state.completed_steps[-RECENT_STEPS:])
@@ -136,30 +222,17 @@ def render_view(
         )
 
     text = build()
+    if budget is None:
+        return text, None, ()
     tokens = count_tokens(text)
     # Trim in priority order until it fits; goal and constraints are never touched.
     for bucket, name in ((evidence, "evidence"), (tried, "tried"), (steps, "steps")):
-        while budget is not None and tokens > budget and bucket:
+        while tokens > budget and bucket:
             bucket.pop(0)
             dropped.append(name)
             text = build()
             tokens = count_tokens(text)
-    return View(
-        state=state,
-        text=text,
-        skills=tuple(s.name for s in applicable),
-        next_steps=next_steps,
-        tokens=tokens,
-        tokenizer=tokenizer_name(),
-        dropped=tuple(dropped),
-        agent_name=agent_name,
-        agent_description=agent_description,
-        skill_catalog=tuple(
-            (f"{s.name}({', '.join(s.params.model_fields)})", s.description) for s in skills
-        ),
-        params={s.name: s.params for s in applicable},
-        can_ask=can_ask,
-    )
+    return text, tokens, tuple(dropped)
 
 
 def _render(

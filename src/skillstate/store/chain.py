@@ -38,7 +38,6 @@ Python; PostgreSQL and Redis decide on the server and mirror them.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 import zlib
@@ -133,10 +132,6 @@ def digest(text: str | bytes) -> str:
 SORTED_PREFIX = "sha256-sorted:"
 """Leads a :func:`sorted_digest`; a plain ``sha256:`` is a :func:`digest` of exact text."""
 
-_sorted_encoder = json.JSONEncoder(
-    separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=True
-)
-
 
 def sorted_digest(document: Any) -> str:
     """The checksum of a version: :func:`digest` of its JSON with object keys sorted.
@@ -144,11 +139,15 @@ def sorted_digest(document: Any) -> str:
     Two documents get the same one exactly when they are equal as JSON, whatever
     the order of their keys (``1`` and ``1.0`` still differ).
     """
+    return SORTED_PREFIX + hashlib.sha256(_sorted_text(document).encode()).hexdigest()
+
+
+def _sorted_text(document: Any, *, legacy: bool = False) -> str:
+    encode = _json.dumps_sorted_stdlib if legacy else _json.dumps_sorted
     try:
-        text = _sorted_encoder.encode(document)
+        return encode(document)
     except TypeError:  # keys of mixed types do not sort; as JSON they are all strings
-        text = _sorted_encoder.encode(json.loads(dumps(document)))
-    return SORTED_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+        return encode(_json.loads(dumps(document)))
 
 
 def verify_document(task_id: str, version: int | None, document: Any, expected: Any) -> None:
@@ -156,6 +155,8 @@ def verify_document(task_id: str, version: int | None, document: Any, expected: 
 
     ``expected`` is a :func:`sorted_digest`, a :func:`digest` (checked against
     ``dumps(document)``), or ``None`` (written before checksums: not verified).
+    A checksum written before the store used orjson may hash the stdlib's text,
+    which writes some exponents differently (``1e-07``): that text is tried too.
     """
     if expected is None:
         return
@@ -164,8 +165,13 @@ def verify_document(task_id: str, version: int | None, document: Any, expected: 
     try:
         if isinstance(expected, str) and expected.startswith(SORTED_PREFIX):
             found = sorted_digest(document)
+            if found != expected:
+                legacy = _sorted_text(document, legacy=True)
+                found = SORTED_PREFIX + hashlib.sha256(legacy.encode()).hexdigest()
         else:
             found = digest(dumps(document))
+            if found != expected:
+                found = digest(_json.dumps_stdlib(document))
     except (TypeError, ValueError, UnicodeEncodeError) as exc:  # a NaN a patch smuggled in
         raise StateCorrupted(task_id, version, f"rebuilt state is not JSON ({exc})") from exc
     if found != expected:
@@ -335,7 +341,7 @@ class Row:
 def load_document(task_id: str, version: int | None, text: str | bytes) -> dict[str, Any]:
     """Parse a stored state; a record that is not a JSON object is ``StateCorrupted``."""
     try:
-        document = json.loads(text)
+        document = _json.loads(text)
     except ValueError as exc:
         raise StateCorrupted(task_id, version, f"stored state is not valid JSON ({exc})") from exc
     except RecursionError:
@@ -356,7 +362,7 @@ def restore_event(
     try:
         event = Event.model_validate_json(text)
         if patch is not None:
-            event = event.model_copy(update={"patch": json.loads(patch)})
+            event = event.model_copy(update={"patch": _json.loads(patch)})
     except ValueError as exc:
         reason = " ".join(str(exc).split())
         raise StateCorrupted(task_id, version, f"stored event does not load ({reason})") from exc
@@ -397,7 +403,7 @@ def rebuild(task_id: str, version: int, rows: Sequence[Row]) -> dict[str, Any]:
         if row.patch is None:
             raise StateCorrupted(task_id, row.version, "delta has no patch")
         try:
-            ops = json.loads(row.patch)
+            ops = _json.loads(row.patch)
             document = jsonpatch.apply_patch(document, ops, in_place=True)
         except (ValueError, jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
             raise StateCorrupted(task_id, row.version, f"delta does not apply ({exc})") from exc
