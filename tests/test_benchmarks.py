@@ -77,3 +77,56 @@ def test_unknown_backend_is_a_usage_error() -> None:
     result = run_benchmark("--quick", "--backends", "sqlite,nope")
     assert result.returncode == 2
     assert "unknown backend(s) nope" in result.stderr
+
+
+DRIVERS = ROOT / "benchmarks" / "store_drivers.py"
+
+
+def test_store_drivers_quick_run(tmp_path: Path) -> None:
+    """The driver benchmark's smoke run: both tables, or each backend skipped with a reason."""
+    markdown = tmp_path / "drivers.md"
+    env = {k: v for k, v in os.environ.items() if k not in _RICH_ENV}
+    env["PYTHONIOENCODING"] = "utf-8"
+    args = ["--quick", "--writers", "1", "--seconds", "0.1", "--markdown", str(markdown)]
+    result = subprocess.run(
+        [sys.executable, str(DRIVERS), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = markdown.read_text(encoding="utf-8")
+    assert text.startswith("## Store drivers")
+    assert "### Targets" in text
+    for backend in ("redis", "postgres"):
+        assert f"| {backend} | 1 |" in text or f"| {backend} | skipped |" in text
+
+
+RUNTIME_STEP = ROOT / "benchmarks" / "runtime_step.py"
+
+
+def test_runtime_step_quick_run(tmp_path: Path) -> None:
+    """The runtime-step benchmark's smoke run on the backends that need no server."""
+    markdown = tmp_path / "runtime_step.md"
+    env = {k: v for k, v in os.environ.items() if k not in _RICH_ENV}
+    env["PYTHONIOENCODING"] = "utf-8"
+    args = ["--quick", "--backends", "memory,sqlite", "--markdown", str(markdown)]
+    result = subprocess.run(
+        [sys.executable, str(RUNTIME_STEP), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = markdown.read_text(encoding="utf-8")
+    for needle in ("skillstate", "memory", "sqlite"):
+        assert needle in text, needle
+    assert "PASS" in text or "FAIL" in text  # the target lines were computed

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from skillstate.errors import InvalidStoreURL, StateCorrupted, StoreError
+from skillstate.errors import InvalidStoreURL, StateCorrupted, StoreError, StoreUnavailable
 from skillstate.events import Event
 from skillstate.state.diff import make_patch
 from skillstate.store import open_store
 from skillstate.store.chain import encode_commit, take_snapshot
 from skillstate.store.memory import MemoryStore
 from skillstate.store.postgres import DEFAULT_SCHEMA, MIGRATIONS, PostgresStore, parse_url
-from tests.contract.backends import drop_postgres_schemas, postgres_url_for
+from tests.contract.backends import POSTGRES_URL, drop_postgres_schemas, postgres_url_for
 
 
 @pytest.fixture
@@ -409,3 +409,106 @@ class TestData:
             done.set()
             thread.join()
             pg.close()
+
+
+class TestConnections:
+    """The store's own connection: used while no other thread is, never more than needed."""
+
+    @staticmethod
+    def commit_next(store: PostgresStore, task_id: str, version: int) -> int:
+        before = {"task_id": task_id, "version": version - 1} if version > 1 else {}
+        state = {"task_id": task_id, "version": version}
+        step = _event(task_id, version, patch=make_patch(before, state))
+        return store.commit(task_id, version - 1, state, step)
+
+    def test_a_sequential_worker_holds_one_connection(self, pg: PostgresStore) -> None:
+        """Commits, loads, leases and reads share the one connection a pool alone would use."""
+        for v in range(1, 6):
+            self.commit_next(pg, "t", v)
+            assert pg.load("t").version == v
+        pg.claim("t", "w", 30)
+        pg.checkpoints("t")
+        pg.events("t")
+        pg.release("t", "w")
+        assert pg._pool.get_stats()["pool_size"] == 1
+        assert pg._own is not None
+
+    def test_threads_take_pooled_connections_meanwhile(self, pg: PostgresStore) -> None:
+        errors: list[BaseException] = []
+
+        def writer(task_id: str) -> None:
+            try:
+                for v in range(1, 31):
+                    assert self.commit_next(pg, task_id, v) == v
+                    assert pg.load(task_id).version == v
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(f"t{i}",)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert [pg.load(f"t{i}").version for i in range(6)] == [30] * 6
+
+    def test_a_connection_left_in_a_transaction_goes_back_to_the_pool(
+        self, pg: PostgresStore
+    ) -> None:
+        """Not idle after a use (here: a transaction left open): the pool rolls it back."""
+        self.commit_next(pg, "t", 1)
+        with pg._connection() as conn:
+            conn.execute("BEGIN")
+            conn.execute(f"DELETE FROM {pg._sql.schema}.events")
+        assert pg._own is None
+        assert len(pg.events("t")) == 1  # rolled back
+        self.commit_next(pg, "t", 2)
+        assert pg.load("t").version == 2
+
+    def test_a_failed_statement_keeps_the_store_usable(self, pg: PostgresStore) -> None:
+        self.commit_next(pg, "t", 1)
+        with pytest.raises(StoreError, match="division by zero"):
+            _sql(pg, "SELECT 1 / 0")
+        assert self.commit_next(pg, "t", 2) == 2
+
+    def test_a_killed_connection_is_replaced(self, pg: PostgresStore) -> None:
+        """The server ends the session: that call fails (as with a pooled connection), the
+        next gets a new connection."""
+        self.commit_next(pg, "t", 1)
+        pid = _sql(pg, "SELECT pg_backend_pid()")[0][0]
+        with psycopg_connect(pg) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        try:
+            self.commit_next(pg, "t", 2)
+        except StoreUnavailable:
+            assert self.commit_next(pg, "t", 2) == 2
+        assert pg.load("t").version == 2
+        assert _sql(pg, "SELECT pg_backend_pid()")[0][0] != pid
+
+    def test_a_one_connection_pool_is_shared_by_threads(self, pg_url: str) -> None:
+        """``max_connections=1``: no connection is kept aside; threads take turns."""
+        store = PostgresStore(pg_url, max_connections=1)
+        try:
+            done: list[int] = []
+
+            def writer(task_id: str) -> None:
+                for v in range(1, 11):
+                    self.commit_next(store, task_id, v)
+                done.append(store.load(task_id).version)
+
+            threads = [threading.Thread(target=writer, args=(f"t{i}",)) for i in range(3)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert done == [10, 10, 10]
+            assert store._own is None
+        finally:
+            store.close()
+
+
+def psycopg_connect(store: PostgresStore) -> Any:
+    """A separate plain connection to the contract suite's server."""
+    import psycopg
+
+    return psycopg.connect(POSTGRES_URL, autocommit=True)

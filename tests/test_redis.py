@@ -7,8 +7,10 @@ the contract suite's probe: they skip when Redis is down (fail in CI).
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -345,5 +347,106 @@ def test_values_written_uncompressed_still_load(url: str) -> None:
             assert fresh.events("old") == [*steps, step3]
         finally:
             fresh.close()
+    finally:
+        store.close()
+
+
+def card(task_id: str, version: int) -> dict[str, Any]:
+    return {"task_id": task_id, "version": version, "n": version}
+
+
+def commit_next(store: RedisStore, task_id: str, version: int) -> int:
+    """Commit ``version`` of a small card over ``version - 1``; the version written."""
+    before = card(task_id, version - 1) if version > 1 else {}
+    state = card(task_id, version)
+    step = event(task_id, version).model_copy(update={"patch": make_patch(before, state)})
+    return store.commit(task_id, version - 1, state, step)
+
+
+@pytest.mark.services
+def test_commit_reloads_a_script_the_server_lost(url: str) -> None:
+    """After ``SCRIPT FLUSH`` (as after a server restart) the next commit loads COMMIT again.
+
+    The store sends COMMIT packed by itself, not through redis-py's ``Script``:
+    ``NOSCRIPT`` means nothing ran, so it loads the script and sends the commit once more.
+    """
+    store = RedisStore(url)
+    try:
+        assert commit_next(store, "t", 1) == 1
+        store._client.script_flush()
+        assert commit_next(store, "t", 2) == 2
+        assert store.load("t").state == card("t", 2)
+        assert [i.version for i in store.checkpoints("t")] == [1, 2]
+    finally:
+        store.close()
+
+
+@pytest.mark.services
+def test_commit_survives_its_connection_being_killed(url: str) -> None:
+    """The server drops the commit connection: redis-py's retry reconnects and sends again."""
+    store = RedisStore(url)
+    try:
+        commit_next(store, "t", 1)
+        own = store._own
+        assert own is not None  # commits use a connection of their own
+        own.send_command("CLIENT", "ID")
+        client_id = own.read_response()
+        assert store._client.client_kill_filter(_id=client_id) == 1
+        assert commit_next(store, "t", 2) == 2
+        assert store.load("t").version == 2
+        assert len(store.events("t")) == 2  # written once
+    finally:
+        store.close()
+
+
+@pytest.mark.services
+def test_commits_from_threads_and_a_forked_child(url: str) -> None:
+    """Threads share the commit connection or take pooled ones; a forked child opens its own."""
+    store = RedisStore(url)
+    try:
+        commit_next(store, "parent", 1)  # the commit connection exists before the fork
+        errors: list[BaseException] = []
+
+        def writer(task_id: str) -> None:
+            try:
+                for v in range(1, 31):
+                    assert commit_next(store, task_id, v) == v
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(f"thread-{i}",)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        for i in range(6):
+            assert store.load(f"thread-{i}").version == 30
+
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            code = 1
+            try:
+                code = 0 if commit_next(store, "child", 1) == 1 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert commit_next(store, "parent", 2) == 2  # the parent's connection is intact
+        assert store.load("child").version == 1
+        assert store.load("parent").state == card("parent", 2)
+    finally:
+        store.close()
+
+
+@pytest.mark.services
+def test_a_small_pool_lends_commits_no_connection(url: str) -> None:
+    """``max_connections=1``: commits check the one connection out and back, so reads work."""
+    store = RedisStore(f"{url}&max_connections=1")
+    try:
+        for v in (1, 2, 3):
+            commit_next(store, "t", v)
+            assert store.load("t").version == v
+        assert store._own is None
     finally:
         store.close()

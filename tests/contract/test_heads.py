@@ -73,6 +73,19 @@ def test_missing_and_non_text_fields(store: Store) -> None:
     assert (heads["u"].status, heads["u"].current_step, heads["u"].agent) == (None, None, None)
 
 
+def test_heads_count_steps_and_tokens(store: Store) -> None:
+    """steps_taken and the usage's prompt + completion tokens; None where the card has none."""
+    commit(store, "used", steps_taken=7, usage={"prompt": 120, "completion": 30, "calls": 2})
+    commit(store, "prompt-only", steps_taken=0, usage={"prompt": 5})
+    commit(store, "old")  # a card without steps_taken or usage
+    commit(store, "odd", steps_taken="7", usage={"prompt": True, "completion": 1.5})
+    heads = by_id(store)
+    assert (heads["used"].steps, heads["used"].tokens) == (7, 150)
+    assert (heads["prompt-only"].steps, heads["prompt-only"].tokens) == (0, 5)
+    assert (heads["old"].steps, heads["old"].tokens) == (None, None)
+    assert (heads["odd"].steps, heads["odd"].tokens) == (None, None)
+
+
 def test_heads_lists_leases_live_expired_and_released(store: Store) -> None:
     """A held lease is listed live or expired; a released one is not listed."""
     for task_id in ("live", "expired", "released"):

@@ -115,6 +115,12 @@ class HeadInfo:
     agent: str | None = None
     """The card's ``status``, ``current_step`` and ``agent`` as stored: text as it is,
     another JSON value as its JSON text, ``None`` when absent or the head does not read."""
+    steps: int | None = None
+    """The card's ``steps_taken`` (steps completed over the task's life), ``None`` when
+    it is absent or not an integer (a card older than the field)."""
+    tokens: int | None = None
+    """Model tokens the task has used, prompt plus completion (the card's ``usage``);
+    ``None`` when the card records no usage."""
     lease: Lease | None = None
     """The task's lease while a worker holds it, live or expired; ``None`` when none
     does (never claimed, or released)."""

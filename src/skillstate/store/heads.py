@@ -13,14 +13,23 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from skillstate._json import get_path
 from skillstate.errors import StateCorrupted
 from skillstate.store.base import HeadInfo, Lease
 from skillstate.store.chain import held_lease, load_document, salvage_lease
 
-__all__ = ["SUMMARY_FIELDS", "head_info", "summary_field"]
+__all__ = ["SUMMARY_PATHS", "head_info", "summary_field"]
 
-SUMMARY_FIELDS = ("status", "current_step", "agent")
-"""The card fields :meth:`Store.heads` reports, in the order backends extract them."""
+SUMMARY_PATHS = (
+    "status",
+    "current_step",
+    "agent",
+    "steps_taken",
+    "usage.prompt",
+    "usage.completion",
+)
+"""The card values :meth:`Store.heads` reports (dotted paths), in the order backends
+extract them."""
 
 
 def summary_field(value: Any) -> str | None:
@@ -48,7 +57,7 @@ def head_info(
 
     ``version`` is the stored version as read; ``head`` the head document (JSON text,
     or an object the backend parsed already), unless the backend extracted
-    ``fields`` (the values of :data:`SUMMARY_FIELDS`) itself; ``updated_at`` the commit
+    ``fields`` (the values of :data:`SUMMARY_PATHS`) itself; ``updated_at`` the commit
     time, or a function reading it that raises ``StateCorrupted``; ``lease`` the
     stored lease record ``(worker, expires, generation)`` (``None``: the task has
     none); ``problem`` and ``lease_problem`` damage the backend found itself.
@@ -61,7 +70,7 @@ def head_info(
         when = updated_at() if callable(updated_at) else updated_at
     except StateCorrupted as exc:
         problem = problem or exc.reason
-    values: Sequence[Any] = (None,) * len(SUMMARY_FIELDS)
+    values: Sequence[Any] = (None,) * len(SUMMARY_PATHS)
     if fields is not None:
         values = fields
     elif problem is None or head is not None:
@@ -71,12 +80,13 @@ def head_info(
             document = head if isinstance(head, Mapping) else load_document(task_id, number, head)
             if not isinstance(document, Mapping):
                 raise StateCorrupted(task_id, number, "stored state is not a JSON object")
-            values = [document.get(name) for name in SUMMARY_FIELDS]
+            values = [get_path(document, path) for path in SUMMARY_PATHS]
         except StateCorrupted as exc:
             problem = problem or exc.reason
     held, unreadable = _lease(task_id, lease)
     lease_problem = lease_problem or unreadable
-    status, step, agent = (summary_field(v) for v in values)
+    status, step, agent = (summary_field(v) for v in values[:3])
+    steps, prompt, completion = (_count(v) for v in values[3:6])
     return HeadInfo(
         task_id=task_id,
         version=number,
@@ -84,10 +94,17 @@ def head_info(
         status=status,
         current_step=step,
         agent=agent,
+        steps=steps,
+        tokens=None if prompt is None and completion is None else (prompt or 0) + (completion or 0),
         lease=held,
         problem=_one_line(problem),
         lease_problem=_one_line(lease_problem),
     )
+
+
+def _count(value: Any) -> int | None:
+    """A stored count: an integer (not a bool), else ``None``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _lease(task_id: str, record: tuple[Any, Any, Any] | None) -> tuple[Lease | None, str | None]:

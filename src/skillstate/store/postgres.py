@@ -44,6 +44,15 @@ server knows at that instant, so the threshold part of
 backend does in Lua); the rest of the rule is decided by ``take_snapshot`` itself,
 and ``tests/test_postgres.py`` checks both agree with the memory store.
 
+Every call runs on the store's own connection while no other thread uses it, and
+on a pooled one otherwise: the own one is checked out of the pool once and kept,
+with one cursor, because a checkout and return cost a commit about as much Python
+as executing its statement. It goes back to the pool (which resets or replaces
+it) when it is not idle after a call (an error, a transaction left open) and when
+the store closes; a process forked from the one that took it never uses it. A
+single-threaded worker thus holds one connection, as it did with the pool alone;
+with ``max_connections=1`` nothing is kept aside and every call takes the pool's.
+
 The same statement checks the fencing token: with ``fence`` set it locks the
 lease row ``FOR SHARE`` and writes only if the lease is held with that
 generation. Schema 2 adds the checksum columns (``tasks.digest``,
@@ -55,6 +64,7 @@ psycopg is imported when a store is opened, never at ``import skillstate.store``
 
 from __future__ import annotations
 
+import os
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -91,6 +101,7 @@ from skillstate.store.chain import (
     COMPRESS_FROM,
     DEFAULT_MAX_CHAIN,
     LEASE_HORIZON,
+    EncodedCommit,
     Row,
     check_fence,
     check_ttl,
@@ -110,7 +121,7 @@ from skillstate.store.postgres_sql import MIGRATIONS, Queries
 from skillstate.store.rewriting import Body, plan_rewrite
 
 if TYPE_CHECKING:
-    from psycopg import Connection
+    from psycopg import Connection, Cursor
     from psycopg_pool import ConnectionPool
 
 __all__ = ["DEFAULT_SCHEMA", "MIGRATIONS", "PostgresStore", "PostgresURL", "parse_url"]
@@ -262,6 +273,13 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise _wrap(f"cannot open PostgreSQL store {self.url}", exc) from exc
 
+        # The connection (and its cursor) used while no other thread uses it: _take.
+        self._own: Connection[Any] | None = None
+        self._own_cursor: Cursor[Any] | None = None
+        self._own_pid = 0
+        self._own_lock = threading.Lock()
+        self._own_ok = max_connections >= 2  # one must stay for the other threads
+        self._timeout = timeout
         self._pool: ConnectionPool[Connection[Any]] = ConnectionPool(
             parsed.conninfo,
             kwargs=extra,
@@ -353,13 +371,41 @@ class PostgresStore:
         fence: int | None = None,
     ) -> int:
         enc = encode_commit(task_id, expected_version, state, event, fence=fence)
+        query, params = self._commit_statement(enc)
+        # _take/_give rather than _connection(): this is the hot path.
+        try:
+            conn, cursor = self._take()
+            try:
+                row = (cursor or conn.cursor()).execute(query, params).fetchone()
+                if row is None:
+                    self._chains.pop(task_id, None)
+                    # Lost the compare-and-set or the fencing check (or the task is not
+                    # where the writer thinks). Read both now: the statement's own
+                    # snapshot predates the winner.
+                    refused = conn.execute(self._sql.refused, {"task_id": task_id}).fetchone()
+            finally:
+                self._give(conn, cursor)
+        except self._db_error as exc:
+            raise _wrap(f"PostgreSQL error on {self.url}", exc) from exc
+        if row is None:
+            current, holder, generation = refused or (None, None, None)
+            check_fence(task_id, enc.fence, holder, generation)
+            if (current or 0) == enc.expected:  # the fence failed, and moved back since
+                raise Conflict(f"task {task_id!r} changed during the commit; nothing was written")
+            raise StaleState(task_id, enc.expected, current or 0)
+        self._chains[task_id] = (enc.version, row[0], row[1])
+        return enc.version
+
+    def _commit_statement(self, enc: EncodedCommit) -> tuple[str, dict[str, Any]]:
+        """The statement that writes ``enc`` (create or advance) and its parameters."""
         forced = take_snapshot(0, 0, enc, self.max_chain)
-        large = len(enc.state) >= _COMPRESS_HEAD_FROM
+        state_len = len(enc.state)
+        large = state_len >= _COMPRESS_HEAD_FROM
         head_z = _deflate(enc.state) if large else None
         patch, patch_z = _pack(enc.patch)
         event_text, event_z = _pack(enc.event)
         params: dict[str, Any] = {
-            "task_id": task_id,
+            "task_id": enc.task_id,
             "version": enc.version,
             "head": None if large else enc.state,
             "head_z": head_z,
@@ -377,12 +423,13 @@ class PostgresStore:
             query = self._sql.create
             params["chain_len"] = 0 if forced else 1
             params["chain_bytes"] = 0 if forced else len(enc.patch or "")
+            params["snapshot"] = enc.state if snapshot and state_len < _COMPRESS_FROM else None
         else:
             # The server decides (on the counters as they are when the row is locked);
             # the counters this store last saw tell whether the state needs compressing
             # for a snapshot body. A stale guess never changes the decision: it costs
             # a compression, or stores that one snapshot as text.
-            chain = self._chains.get(task_id)
+            chain = self._chains.get(enc.task_id)
             if chain is not None and chain[0] == enc.expected:
                 snapshot = take_snapshot(chain[1], chain[2], enc, self.max_chain)
             else:
@@ -392,34 +439,18 @@ class PostgresStore:
             params["forced"] = forced
             params["max_chain"] = self.max_chain
             params["patch_len"] = len(enc.patch or "")
-            params["state_len"] = len(enc.state)
-        # The snapshot body, in case the version is one: a short state as text, a long
-        # one compressed (the head's bytes when the head is compressed: free, so always
-        # sent). The advance statement stores the head text when given no snapshot_z.
-        snapshot_text = enc.state if snapshot and len(enc.state) < _COMPRESS_FROM else None
+            params["state_len"] = state_len
+        # The snapshot body, in case the version is one: a short state as text (the
+        # advance statement stores the head text when given no snapshot_z), a long one
+        # compressed (the head's bytes when the head is compressed: free, so always
+        # sent).
         if head_z is not None and (snapshot or enc.expected):
-            snapshot_z = head_z
-        elif snapshot and len(enc.state) >= _COMPRESS_FROM:
-            snapshot_z = _deflate(enc.state)
+            params["snapshot_z"] = head_z
+        elif snapshot and state_len >= _COMPRESS_FROM:
+            params["snapshot_z"] = _deflate(enc.state)
         else:
-            snapshot_z = None
-        params["snapshot"], params["snapshot_z"] = snapshot_text, snapshot_z
-        with self._connection() as conn:
-            row = conn.execute(query, params).fetchone()
-            if row is None:
-                self._chains.pop(task_id, None)
-                # Lost the compare-and-set or the fencing check (or the task is not where
-                # the writer thinks). Read both now: the statement's own snapshot
-                # predates the winner.
-                refused = conn.execute(self._sql.refused, {"task_id": task_id}).fetchone()
-        if row is None:
-            current, holder, generation = refused or (None, None, None)
-            check_fence(task_id, enc.fence, holder, generation)
-            if (current or 0) == enc.expected:  # the fence failed, and moved back since
-                raise Conflict(f"task {task_id!r} changed during the commit; nothing was written")
-            raise StaleState(task_id, enc.expected, current or 0)
-        self._chains[task_id] = (enc.version, row[0], row[1])
-        return enc.version
+            params["snapshot_z"] = None
+        return query, params
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
         # The head's version only: a damaged head must not hide the versions before it.
@@ -647,6 +678,15 @@ class PostgresStore:
             if self._closed:
                 return
             self._closed = True
+        # After a call in flight in another thread; not forever (a close from inside
+        # a call would wait for itself): the pool then closes what it can.
+        if self._own_lock.acquire(timeout=self._timeout):
+            try:
+                conn, self._own, self._own_cursor = self._own, None, None
+                if conn is not None and self._own_pid == os.getpid():
+                    self._pool.putconn(conn)
+            finally:
+                self._own_lock.release()
         self._pool.close()
 
     def __repr__(self) -> str:
@@ -656,15 +696,60 @@ class PostgresStore:
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
-        """A pooled connection (autocommit); driver errors become one-line ``StoreError``s."""
-        if self._closed:
-            raise StoreError(f"PostgreSQL store {self.url} is closed")
+        """A connection (autocommit); driver errors become one-line ``StoreError``s.
+
+        See :meth:`_take` for which one.
+        """
         try:
-            with self._pool.connection() as conn:
+            conn, cursor = self._take()
+            try:
                 yield conn
+            finally:
+                self._give(conn, cursor)
         except self._db_error as exc:
             raise _wrap(f"PostgreSQL error on {self.url}", exc) from exc
 
+    def _take(self) -> tuple[Connection[Any], Cursor[Any] | None]:
+        """A connection for one call, and its kept cursor when it is the store's own.
+
+        The store's own connection while no other thread is using it, else a pooled
+        one. The own one is taken from the pool once and kept (with one cursor):
+        checking a connection out of the pool and back costs a commit about as much
+        Python as its statement. It goes back to the pool (which resets or replaces
+        it) as soon as it is not idle after a use (an error, a transaction left
+        open) and when the store is closed, and is forgotten, never used, in a
+        process forked from the one that took it. A single-threaded worker thus
+        holds one connection, as with the pool alone. Every call must be paired
+        with :meth:`_give`.
+        """
+        if self._closed:
+            raise StoreError(f"PostgreSQL store {self.url} is closed")
+        if not (self._own_ok and self._own_lock.acquire(blocking=False)):
+            return self._pool.getconn(), None
+        try:
+            if self._own is None or self._own_pid != os.getpid():
+                conn = self._pool.getconn()
+                self._own, self._own_cursor, self._own_pid = conn, conn.cursor(), os.getpid()
+            return self._own, self._own_cursor
+        except BaseException:
+            self._own_lock.release()
+            raise
+
+    def _give(self, conn: Connection[Any], cursor: Cursor[Any] | None) -> None:
+        """Hand back what :meth:`_take` gave."""
+        if cursor is None:
+            self._pool.putconn(conn)
+            return
+        try:
+            if conn.closed or conn.pgconn.transaction_status != _IDLE:
+                self._own = self._own_cursor = None
+                self._pool.putconn(conn)
+        finally:
+            self._own_lock.release()
+
+
+_IDLE = 0
+"""``pq.TransactionStatus.IDLE``: a connection outside any transaction, ready for more."""
 
 _CLAIM_ATTEMPTS = 10
 """Rounds of claim-then-look before a claim on a lease that keeps changing gives up."""

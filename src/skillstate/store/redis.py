@@ -48,9 +48,23 @@ Lua scripts live in :mod:`skillstate.store.redis_lua`.
 ``commit`` is one Lua script, hence one round trip and atomic: it checks the
 fencing token against the lease, compares the version, mirrors
 :func:`skillstate.store.chain.take_snapshot` and writes everything. redis-py
-retries a command whose connection broke; if the first attempt had landed, the
-retry finds the head moved and reports ``StaleState``, so a retried commit is
-never written twice.
+retries a command whose connection broke (as its ``retry`` setting allows); if
+the first attempt had landed, the retry finds the head moved and reports
+``StaleState``, so a retried commit is never written twice.
+
+The commit is the hot path, so it skips redis-py's generic command layer, which
+cost more Python than everything else a commit does: the store packs the
+``EVALSHA`` itself (the script's SHA and the task's keys packed once per task),
+sends it on a connection of its own and reads the reply with redis-py's parser,
+under redis-py's retry policy; ``NOSCRIPT`` (a restarted or flushed server) loads
+the script and sends the commit once more. The reply of a commit that landed is
+one string. The own connection is taken from the pool once and kept for commits
+while no other thread commits (then a pooled one serves), and only from a pool of
+16 connections or more (redis-py's default is 100): a store used for more than
+commits then holds one connection more than before. Before each commit it is
+checked with one ``poll`` (the pool's checkout check costs several syscalls): one
+the server closed meanwhile is reconnected before anything is sent. A process
+forked from the one that took it takes another.
 
 Cross-key scripts mean a single Redis (or a primary with replicas), not Redis
 Cluster: the keys of one task are not hash-tagged into one slot, and the ``tasks``
@@ -59,6 +73,9 @@ set spans all of them.
 
 from __future__ import annotations
 
+import os
+import select
+import threading
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -137,6 +154,11 @@ _ZLIB = b"\0"
 _CHAIN_CACHE = 4096
 """Tasks whose chain counters a store remembers from its own commits (then forgotten)."""
 
+_OWN_CONNECTION_FROM = 16
+"""A pool of at least this many connections (redis-py's default is 100) lends one to
+commits for good; a smaller one, sized on purpose by ``max_connections``, is left
+whole and commits check a connection out per call."""
+
 
 # --------------------------------------------------------------------- layout migrations
 
@@ -199,7 +221,16 @@ class RedisStore:
         except (TypeError, ValueError) as exc:
             raise InvalidStoreURL(f"bad Redis URL {masked!r}: {_one_line(exc)}") from exc
         # register_script only hashes the text; EVALSHA loads it on first use.
-        self._commit = self._client.register_script(redis_lua.COMMIT)
+        # COMMIT is sent packed by this store (see _evalsha): only its SHA is kept.
+        self._commit_sha = self._client.register_script(redis_lua.COMMIT).sha.encode()
+        # task -> the packed EVALSHA, SHA and keys that start each of its commits.
+        self._commit_heads: dict[str, tuple[int, bytes]] = {}
+        # The connection commits use while no other thread does (see _send). It is
+        # one of the pool's, kept out of it: only when the pool has many to spare.
+        self._own: Any = None
+        self._own_lock = threading.Lock()
+        pool_size = getattr(self._client.connection_pool, "max_connections", 0)
+        self._own_ok = isinstance(pool_size, int) and pool_size >= _OWN_CONNECTION_FROM
         self._checkpoint = self._client.register_script(redis_lua.CHECKPOINT)
         self._claim = self._client.register_script(redis_lua.CLAIM)
         self._release = self._client.register_script(redis_lua.RELEASE)
@@ -292,36 +323,38 @@ class RedisStore:
             snapshot = take_snapshot(chain[1], chain[2], enc, self.max_chain)
         else:
             snapshot = True  # cannot tell: send the snapshot body in case
-        body = _pack(enc.state) if snapshot and len(enc.state) >= _COMPRESS_FROM else ""
-        with self._errors():
-            reply = self._commit(
-                keys=[
-                    self._key("task", task_id),
-                    self._key("cp", task_id),
-                    self._key("snap", task_id),
-                    self._key("ev", task_id),
-                    self._key("tasks"),
-                    self._key("lease", task_id),
-                    self._key("sum", task_id),
-                ],
-                args=[
-                    enc.expected,
-                    enc.version,
-                    enc.state,
-                    _pack(enc.event),
-                    _pack(patch),
-                    1 if enc.is_delta else 0,
-                    len(patch),
-                    len(enc.state),
-                    self.max_chain,
-                    utcnow().isoformat(),
-                    task_id,
-                    body,
-                    enc.digest,
-                    "" if enc.fence is None else enc.fence,
-                    enc.version_digest,
-                ],
-            )
+        state_text = enc.state.encode()
+        if snapshot and len(enc.state) >= _COMPRESS_FROM:
+            body = _ZLIB + zlib.compress(state_text, 1)
+        else:
+            body = b""
+        # The arguments of redis_lua.COMMIT, after its keys, in its order.
+        args = (
+            b"%d" % enc.expected,
+            b"%d" % enc.version,
+            state_text,
+            _pack_bytes(enc.event),
+            _pack_bytes(patch),
+            b"1" if enc.is_delta else b"0",
+            b"%d" % len(patch),
+            b"%d" % len(enc.state),
+            b"%d" % self.max_chain,
+            utcnow().isoformat().encode(),
+            task_id.encode(),
+            body,
+            enc.digest.encode(),
+            b"" if enc.fence is None else b"%d" % enc.fence,
+            enc.version_digest.encode(),
+        )
+        count, head = self._commit_head(task_id)
+        command = b"".join((b"*%d\r\n" % (count + len(args)), head, *map(_bulk, args)))
+        reply = self._evalsha(command, redis_lua.COMMIT)
+        if isinstance(reply, bytes):  # committed
+            version, chain_len, chain_bytes = map(int, reply.split())
+            if len(self._chains) >= _CHAIN_CACHE:
+                self._chains.clear()
+            self._chains[task_id] = (version, chain_len, chain_bytes)
+            return version
         result = cast("list[Any]", reply)
         if result[0] == 2:
             _, holder, generation = [*result, None, None][:3]
@@ -329,13 +362,79 @@ class RedisStore:
             raise LeaseLost(task_id, enc.fence or 0, None)  # pragma: no cover - raced
         if result[0] == 3:
             raise StateCorrupted(task_id, None, "the task record's version is not a number")
-        if not result[0]:
-            raise StaleState(task_id, enc.expected, result[1])
-        _, version, chain_len, chain_bytes = result
-        if len(self._chains) >= _CHAIN_CACHE:
-            self._chains.clear()
-        self._chains[task_id] = (version, chain_len, chain_bytes)
-        return cast("int", version)
+        if result[0] != 0:  # pragma: no cover - the script returns nothing else
+            raise StoreError(f"Redis store {self.url}: unexpected commit reply {reply!r}")
+        raise StaleState(task_id, enc.expected, result[1])
+
+    def _commit_head(self, task_id: str) -> tuple[int, bytes]:
+        """How many frames start a task's COMMIT, and those frames packed: ``EVALSHA``,
+        the script's SHA, the number of keys, the keys (the same for every commit)."""
+        head = self._commit_heads.get(task_id)
+        if head is None:
+            keys = [
+                self._key("task", task_id),
+                self._key("cp", task_id),
+                self._key("snap", task_id),
+                self._key("ev", task_id),
+                self._key("tasks"),
+                self._key("lease", task_id),
+                self._key("sum", task_id),
+            ]
+            parts = [b"EVALSHA", self._commit_sha, b"%d" % len(keys)]
+            parts += [key.encode() for key in keys]
+            head = (len(parts), b"".join(map(_bulk, parts)))
+            if len(self._commit_heads) >= _CHAIN_CACHE:
+                self._commit_heads.clear()
+            self._commit_heads[task_id] = head
+        return head
+
+    def _evalsha(self, command: bytes, script: str) -> Any:
+        """Send one packed ``EVALSHA`` and read its reply: one round trip.
+
+        This is what redis-py's ``Script`` call does, minus its generic command
+        layer (argument encoding, per-call bookkeeping), which cost a commit more
+        than the round trip itself: redis-py's retry policy (a broken connection is
+        dropped, reconnected and the command sent again), the reply read by
+        redis-py's parser, errors translated as every call's are. A server that does
+        not have the script (restarted, flushed) gets it loaded and the command
+        sent once more: ``NOSCRIPT`` means nothing ran.
+
+        The connection is the store's own commit connection while no other thread
+        is using it (checking one out of the pool and back costs a commit several
+        syscalls), else a pooled one: see :data:`_OWN_CONNECTION_FROM`.
+        """
+        exceptions = self._redis.exceptions
+        with self._errors():
+            for attempt in (1, 2):
+                try:
+                    return self._send(command)
+                except exceptions.NoScriptError:
+                    if attempt == 2:
+                        raise
+                self._client.script_load(script)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _send(self, command: bytes) -> Any:
+        if self._own_ok and self._own_lock.acquire(blocking=False):
+            try:
+                conn = self._own
+                if conn is None or conn.pid != os.getpid():
+                    # None yet, or inherited through a fork: its socket is the parent's.
+                    conn = self._own = self._client.connection_pool.get_connection()
+                elif not _idle(conn):
+                    # Closed by the server since the last commit (its idle timeout, a
+                    # restart): reconnect before sending, as the pool does on checkout,
+                    # so that the command goes out once, on a live connection.
+                    conn.disconnect()
+                return _call(conn, command)
+            finally:
+                self._own_lock.release()
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        try:
+            return _call(conn, command)
+        finally:
+            pool.release(conn)
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
         check_task_id(task_id)
@@ -717,6 +816,51 @@ def _pack(text: str) -> str | bytes:
     if len(text) < _COMPRESS_FROM:
         return text
     return _ZLIB + zlib.compress(text.encode(), 1)
+
+
+def _pack_bytes(text: str) -> bytes:
+    """:func:`_pack` as the bytes sent (UTF-8 when not compressed)."""
+    if len(text) < _COMPRESS_FROM:
+        return text.encode()
+    return _ZLIB + zlib.compress(text.encode(), 1)
+
+
+def _bulk(data: bytes) -> bytes:
+    """One argument of a command as the Redis protocol (RESP) frames it."""
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def _idle(conn: Any) -> bool:
+    """Whether a connection kept between commits is still as it was left: connected
+    (or not yet), with nothing to read: no end of stream, no stray reply.
+
+    One ``poll`` with no wait: the checks the pool makes on every checkout
+    (``can_read``) cost several syscalls.
+    """
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return True  # not connected: sending connects it
+    pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted
+    if pending is not None and pending():
+        return False
+    if not hasattr(select, "poll"):  # pragma: no cover - Windows
+        return not conn.can_read()
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return not poller.poll(0)
+
+
+def _call(conn: Any, command: bytes) -> Any:
+    """A packed command's reply on ``conn``, retried as redis-py retries its commands."""
+    return conn.retry.call_with_retry(
+        partial(_send_packed, conn, command), lambda _error: conn.disconnect()
+    )
+
+
+def _send_packed(conn: Any, command: bytes) -> Any:
+    """Write a packed command on ``conn`` and read its reply (raises the server's error)."""
+    conn.send_packed_command([command])
+    return conn.read_response()
 
 
 def _unpack(task_id: str, version: int, value: bytes) -> str:

@@ -32,9 +32,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 # ARGV: expected, version, state, event, patch ('' = none), is_delta ('1'/'0'),
 #       len(patch), len(state), max_chain, now, task_id, body ('' = state as is),
 #       digest (the head's), fence ('' = no check), version digest (the version's)
-# Returns {1, new_version, chain_len, chain_bytes}, {0, actual_head_version} (stale),
-# {2, worker|false, generation|false} (the fence does not match the lease as it is)
-# or {3} (the task record's version is not a number).
+# Returns "NEW_VERSION CHAIN_LEN CHAIN_BYTES" (committed: one string, the cheapest
+# reply to read), {0, actual_head_version} (stale), {2, worker|false,
+# generation|false} (the fence does not match the lease as it is) or {3} (the task
+# record's version is not a number).
 #
 # event, patch and body arrive as stored: compressed (binary) when long, which Lua
 # strings carry unchanged. The snapshot decision is chain.take_snapshot verbatim. The
@@ -96,7 +97,7 @@ if head == 0 then
 end
 redis.call('HSET', KEYS[1], 'version', version, 'head', state, 'chain_len', chain_len,
   'chain_bytes', chain_bytes, 'updated_at', now, 'digest', digest)
-return {1, tonumber(version), chain_len, chain_bytes}
+return version .. ' ' .. chain_len .. ' ' .. chain_bytes
 """
 
 # KEYS: task, cp, snap, sum; ARGV: version

@@ -177,7 +177,7 @@ _WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
 """Checkpoint the WAL in the background once it is this large."""
 
 # Store.heads in one statement: each head's summary fields are extracted by SQLite's
-# JSON functions (a JSON array of the three values), so Python never parses a whole
+# JSON functions (a JSON array of the summary values), so Python never parses a whole
 # head. A head those functions do not take as a JSON object comes back whole instead
 # (``CASE`` stops at the first match, so a malformed head is never passed to
 # json_type or json_extract, which would fail the statement), and Python reports why.
@@ -189,7 +189,8 @@ _HEADS = """
                CASE WHEN typeof(t.head) IS NOT 'text' THEN NULL
                     WHEN NOT json_valid(t.head) THEN NULL
                     WHEN json_type(t.head) IS NOT 'object' THEN NULL
-                    ELSE json_extract(t.head, '$.status', '$.current_step', '$.agent')
+                    ELSE json_extract(t.head, '$.status', '$.current_step', '$.agent',
+                                      '$.steps_taken', '$.usage.prompt', '$.usage.completion')
                END AS summary,
                l.task_id IS NOT NULL AS has_lease, l.worker, l.expires_at, l.generation
         FROM tasks t LEFT JOIN leases l ON l.task_id = t.task_id
