@@ -40,7 +40,7 @@ from skillstate.cli._app import (
 __all__ = ["app", "main"]
 # The command groups register themselves with @app.command() when imported; this
 # order is the order `skillstate --help` lists them in.
-for _group in ("tasks", "listing", "inspect", "repair", "keys", "evaluate"):
+for _group in ("tasks", "workers", "listing", "inspect", "repair", "keys", "evaluate", "ui"):
     importlib.import_module(f"skillstate.cli.{_group}")
 
 

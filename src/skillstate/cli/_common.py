@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -19,7 +20,8 @@ from skillstate.cli._app import (
 if TYPE_CHECKING:
     from skillstate.engine.agent import Agent
     from skillstate.engine.guard import OnStall
-    from skillstate.engine.runtime import RunResult
+    from skillstate.engine.results import StepReport
+    from skillstate.engine.runtime import RunResult, Runtime
     from skillstate.llm.base import Prices
     from skillstate.store.base import Store
 
@@ -195,8 +197,6 @@ def _drive(
 ) -> NoReturn:
     from skillstate._render import StepPrinter, console, print_comparison
     from skillstate.cli._app import driving
-    from skillstate.engine.lease import default_worker
-    from skillstate.engine.runtime import Runtime
 
     driving(task_id)  # Ctrl-C from here on names the task in its resume hint
     decisions = decisions or _Decisions()
@@ -207,18 +207,12 @@ def _drive(
         driver = decisions.driver()
         if driver is not None:
             fields = {**fields, "driver": driver}
-    runtime = Runtime(
-        decisions.agent(agent),
+    runtime = _runtime(
+        agent,
         store,
+        decisions,
         max_steps=max_steps,
         observer=StepPrinter(verbose=verbose, store=store),
-        worker=default_worker(),
-        max_calls=decisions.max_calls,
-        max_tokens=decisions.max_tokens,
-        max_cost=decisions.max_cost,
-        prices=decisions.prices(),
-        max_stalled=decisions.max_stalled or None,
-        on_stall=decisions.stall_mode(),
     )
     if fields is not None:
         runtime.start(task_id, **fields)
@@ -240,6 +234,33 @@ def _drive(
         print_comparison(compare_prompts(store, task_id, agent), tokenizer_name())
     console.print(_summary(result))
     raise typer.Exit(_exit_code(result))
+
+
+def _runtime(
+    agent: Agent[Any],
+    store: Store,
+    decisions: _Decisions,
+    *,
+    max_steps: int,
+    observer: Callable[[StepReport[Any]], None] | None = None,
+) -> Runtime[Any]:
+    """The runtime that continues a task with ``decisions`` (``run``, ``reply``, the UI)."""
+    from skillstate.engine.lease import default_worker
+    from skillstate.engine.runtime import Runtime
+
+    return Runtime(
+        decisions.agent(agent),
+        store,
+        max_steps=max_steps,
+        observer=observer,
+        worker=default_worker(),
+        max_calls=decisions.max_calls,
+        max_tokens=decisions.max_tokens,
+        max_cost=decisions.max_cost,
+        prices=decisions.prices(),
+        max_stalled=decisions.max_stalled or None,
+        on_stall=decisions.stall_mode(),
+    )
 
 
 def _summary(result: RunResult[Any]) -> str:

@@ -247,10 +247,33 @@ def reply(
     price_out: PriceOutOpt = None,
     max_stalled: StalledOpt = 10,
     on_stall: OnStallOpt = "fail",
+    broker: Annotated[
+        str | None,
+        typer.Option(
+            "--broker",
+            help="With a broker (or $SKILLSTATE_BROKER), commit the reply and enqueue the "
+            "task for the workers instead of running it here.",
+            show_default=False,
+        ),
+    ] = None,
+    queue: Annotated[str, typer.Option("--queue", help="With a broker: the queue.")] = (
+        "skillstate"
+    ),
 ) -> None:
-    """Answer a task waiting for the user, then keep running it."""
+    """Answer a task waiting for the user, then keep running it (or enqueue it)."""
     db = _store(store)
     agent = _agent_for(db, task_id, agent_ref)
+    if broker or os.environ.get("SKILLSTATE_BROKER"):
+        from skillstate.cli.workers import enqueue_reply
+        from skillstate.engine.runtime import Runtime
+        from skillstate.workers.settings import broker_url
+
+        url = broker_url(broker)
+        assert url is not None
+        replied = Runtime(agent, db).reply(task_id, text)
+        db.close()
+        enqueue_reply(url, task_id, replied.version, queue)
+        return
     _drive(
         agent,
         db,

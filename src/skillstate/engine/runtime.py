@@ -17,7 +17,7 @@ compensations first, then an effect in flight.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
@@ -41,7 +41,7 @@ from skillstate.errors import (
     TaskNotFound,
     UsageError,
 )
-from skillstate.events import TokenUsage, utcnow
+from skillstate.events import Actor, TokenUsage, utcnow
 from skillstate.limits import problem
 from skillstate.llm.base import Prices, Usage
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus, UserInput
@@ -161,6 +161,7 @@ class Runtime(Generic[S]):
         inputs: Sequence[str] = (),
         max_steps: int | None = None,
         inputs_from: int = 0,
+        stop: Callable[[], bool] | None = None,
     ) -> RunResult[S]:
         """Decide and commit until the task ends, waits for a user, stalls or hits ``max_steps``.
 
@@ -169,6 +170,9 @@ class Runtime(Generic[S]):
         yet is given; when they run out it pauses in ``waiting_user``. So calling
         ``run`` again with the same list (after a crash, say) never gives a reply
         twice. An unknown ``task_id`` is created first.
+
+        ``stop`` is asked before every decision; ``True`` ends the run there, as a
+        spent ``max_steps`` does (a worker shutting down finishes the step it is in).
         """
         budget = max_steps if max_steps is not None else self.max_steps
         if inputs_from < 0:
@@ -185,7 +189,8 @@ class Runtime(Generic[S]):
                 resumed = False
             if resumed:
                 self.recheck(task_id)
-            return self._loop(task_id, (queue, inputs_from), budget, self._holders.get(task_id))
+            holder = self._holders.get(task_id)
+            return self._loop(task_id, (queue, inputs_from), budget, holder, stop)
 
     def step(self, task_id: str) -> StepReport[S]:
         """Take exactly one decision on a running task and commit it.
@@ -265,6 +270,36 @@ class Runtime(Generic[S]):
                 self._settling.compensate(state)
                 done += 1
 
+    def hold(self, task_id: str) -> AbstractContextManager[None]:
+        """Hold ``task_id``'s lease across several calls (``run``, ``step``, ``mark``).
+
+        A worker that runs a task in slices keeps one lease (one fencing token) for a
+        whole slice, and does what must happen before others may take the task (such
+        as enqueueing its continuation) while still holding it. Raises
+        :class:`~skillstate.errors.LeaseHeld` while another live worker holds it.
+        """
+        return self._holding(task_id)
+
+    def mark(
+        self,
+        task_id: str,
+        action: dict[str, Any],
+        *,
+        error: ErrorEntry | None = None,
+        status: TaskStatus | None = None,
+        actor: Actor = "runtime",
+    ) -> S:
+        """Commit a note about the task itself, not a decision: an ``error`` entry in its
+        log (a worker found its predecessor gone), a new ``status`` (a dead letter
+        fails the task; a person reopens it), or both. One commit, fenced by the lease."""
+        with self._holding(task_id):
+            state = self.load(task_id)
+            after = state.with_error(error) if error is not None else state
+            if status is not None:
+                after = after.replace(status=status)
+            draft = Draft(after=after, error=error.message if error is not None else None)
+            return cast(S, self._committer.commit(state, draft, action, actor)[0])
+
     def _check_reply(self, text: str) -> None:
         limits = self.agent.limits
         found = problem(text, chars=limits.reply_chars, depth=limits.depth)
@@ -305,6 +340,7 @@ class Runtime(Generic[S]):
         replies: tuple[list[str], int],
         budget: int,
         holder: Holder | None,
+        stop: Callable[[], bool] | None = None,
     ) -> RunResult[Any]:
         queue, first = replies
         steps = invalid = 0
@@ -330,7 +366,7 @@ class Runtime(Generic[S]):
                     return RunResult(state, "waiting_user", steps)
                 self.reply(task_id, queue[position])
                 continue
-            if steps >= budget:
+            if steps >= budget or (stop is not None and stop()):
                 return RunResult(state, "max_steps", steps)
             spent = self._over_budget(state)
             if spent is not None:

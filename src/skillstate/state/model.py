@@ -190,6 +190,8 @@ ErrorKind = Literal[
     "stalled",
     "budget",
     "compensation_failed",
+    "worker_lost",
+    "dead_letter",
 ]
 """What went wrong, as a typed tag: a policy (or mypy) can tell the kinds apart."""
 
@@ -201,7 +203,9 @@ class ErrorEntry(_Record):
     """The attempt's failure (``verify_failed``, ``skill_error``, ``invariant_failed``,
     ``output_not_declared``, ...), the step's summary (``step_failed``), a refused
     decision (``action_rejected``, ``illegal_transition``, ``decision_failed``), or the
-    runtime's note (``stalled``, ``stale_step``, ``budget``, ``compensation_failed``)."""
+    runtime's note (``stalled``, ``stale_step``, ``budget``, ``compensation_failed``), or a
+    worker's (``worker_lost``: the worker before it died holding the task; ``dead_letter``:
+    it died too often, the task failed)."""
     message: str
     step_id: str | None = None
     skill: str | None = None

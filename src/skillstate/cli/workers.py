@@ -1,0 +1,219 @@
+"""Commands that run tasks on a queue: worker, submit, requeue (``reply`` enqueues too).
+
+They need ``pip install 'skillstate[celery]'``; Celery is imported only when one of
+them runs. The broker comes from ``--broker`` or ``$SKILLSTATE_BROKER``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from skillstate.cli._app import InputOpt, StoreOpt, TaskArg, TaskIdOpt, app
+from skillstate.cli._common import _new_task_id, _parse_assignments, _store
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from skillstate.workers.settings import Message
+
+BrokerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--broker",
+        help="Celery broker URL (amqp://guest:guest@127.0.0.1:5672//, redis://127.0.0.1:6379/1). "
+        "Default: $SKILLSTATE_BROKER.",
+        show_default=False,
+    ),
+]
+QueueOpt = Annotated[str, typer.Option("--queue", help="The queue to send the task to.")]
+
+
+@app.command()
+def worker(
+    broker: BrokerOpt = None,
+    store: StoreOpt = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, help="Tasks this process runs at once.")
+    ] = 1,
+    queues: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--queues", "-Q", help="Queues to consume (repeatable or a,b; default skillstate)."
+        ),
+    ] = None,
+    agent: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent",
+            help="An agent (MODULE:ATTR) this worker may import when a task's card names it, "
+            "besides the configured allow-list (repeatable). A message never names an agent.",
+        ),
+    ] = None,
+    slice_steps: Annotated[
+        int, typer.Option("--slice", min=1, help="Steps per message before the task is requeued.")
+    ] = 20,
+    lease_ttl: Annotated[
+        float, typer.Option("--lease-ttl", min=0.5, help="Seconds a dead worker's lease lasts.")
+    ] = 30.0,
+    max_crashes: Annotated[
+        int,
+        typer.Option("--max-crashes", min=1, help="Worker deaths in a row before a dead letter."),
+    ] = 5,
+    visibility_timeout: Annotated[
+        float,
+        typer.Option(
+            "--visibility-timeout",
+            min=1.0,
+            help="Redis brokers: seconds before an unacknowledged message is delivered again.",
+        ),
+    ] = 300.0,
+    loglevel: Annotated[str, typer.Option("--loglevel", help="Celery's log level.")] = "INFO",
+) -> None:
+    """Start a Celery worker that advances skillstate tasks (SIGTERM: finish the step, stop)."""
+    from skillstate.workers.advance import Advancer
+    from skillstate.workers.settings import DEFAULT_QUEUE, WorkerSettings
+
+    celery_app = _app(broker, visibility_timeout=visibility_timeout)
+    from skillstate.workers.celery_app import serve
+
+    db = _store(store)
+    settings = WorkerSettings(
+        store_url=db.url,
+        slice_steps=slice_steps,
+        lease_ttl=lease_ttl,
+        max_crashes=max_crashes,
+        agents=frozenset(agent or ()),
+    )
+    names = [q for given in (queues or [DEFAULT_QUEUE]) for q in given.split(",") if q]
+    try:
+        serve(
+            celery_app,
+            Advancer(db, settings),
+            queues=names,
+            concurrency=concurrency,
+            loglevel=loglevel,
+        )
+    finally:
+        db.close()
+
+
+@app.command()
+def submit(
+    agent: Annotated[str, typer.Argument(help="The agent, as MODULE:ATTR.", show_default=False)],
+    task_id: TaskIdOpt = None,
+    broker: BrokerOpt = None,
+    store: StoreOpt = None,
+    queue: QueueOpt = "skillstate",
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="FIELD=VALUE for the new task's card (VALUE is YAML).", show_default=False
+        ),
+    ] = None,
+    input: InputOpt = None,
+) -> None:
+    """Create a task in the store and enqueue it for the workers.
+
+    ``--input`` replies go into the new task's input queue (``inputs`` on its card,
+    numbered from 0) when it is created, so the message still names only the task
+    and its version: the worker's first decision sees them (``view.inbox``, and
+    ``view.state.inputs`` for all of them)."""
+    from skillstate.cli._common import _exists
+    from skillstate.engine.agent import load_agent
+    from skillstate.engine.runtime import Runtime
+    from skillstate.errors import UsageError
+    from skillstate.workers.settings import Message
+
+    celery_app = _app(broker)
+    loaded = load_agent(agent, search_cwd=True)
+    db = _store(store)
+    try:
+        task = _new_task_id(loaded, task_id)
+        if _exists(db, task):
+            raise UsageError(
+                f"task {task!r} already exists; requeue it with: skillstate requeue {task}"
+            )
+        fields = _parse_assignments(set_) if set_ else {}
+        if input:
+            fields.update(_queued_inputs(loaded, input, fields))
+        created = Runtime(loaded, db).start(task, **fields)
+    finally:
+        db.close()
+    _send(celery_app, Message(task, created.version, queue=queue))
+    typer.echo(f"submitted {task} (version {created.version}) to queue {queue}")
+
+
+@app.command()
+def requeue(
+    task_id: TaskArg,
+    broker: BrokerOpt = None,
+    store: StoreOpt = None,
+    queue: QueueOpt = "skillstate",
+) -> None:
+    """Send a task to the workers again: a dead-lettered one is reopened first."""
+    from skillstate.cli._common import _agent_for
+    from skillstate.engine.runtime import Runtime
+    from skillstate.workers.crashes import reopen
+    from skillstate.workers.settings import Message
+
+    celery_app = _app(broker)
+    db = _store(store)
+    try:
+        state = reopen(Runtime(_agent_for(db, task_id), db), task_id)
+    finally:
+        db.close()
+    _send(celery_app, Message(task_id, state.version, queue=queue))
+    typer.echo(f"requeued {task_id} (version {state.version}, {state.status.value}) to {queue}")
+
+
+def _queued_inputs(agent: Any, texts: list[str], fields: dict[str, object]) -> dict[str, object]:
+    """The card fields that put ``texts`` in a new task's input queue, checked as replies."""
+    from skillstate.errors import UsageError
+    from skillstate.limits import problem
+
+    if "inputs" in fields or "inputs_received" in fields:
+        raise UsageError("give the replies with --input, not --set inputs=...")
+    limits = agent.limits
+    for text in texts:
+        found = problem(text, chars=limits.reply_chars, depth=limits.depth)
+        if found is not None:
+            raise UsageError(f"--input refused: {found}; nothing was written")
+    queued = [{"index": i, "text": text} for i, text in enumerate(texts)]
+    return {"inputs": queued, "inputs_received": len(queued)}
+
+
+def enqueue_reply(broker: str, task_id: str, version: int, queue: str) -> None:
+    """What ``reply`` does after committing the reply when a broker is configured."""
+    from skillstate.workers.settings import Message
+
+    _send(_app(broker), Message(task_id, version, queue=queue))
+    typer.echo(f"replied; {task_id} (version {version}) enqueued to {queue}")
+
+
+def _app(broker: str | None, **options: Any) -> Celery:
+    from skillstate.errors import UsageError
+    from skillstate.workers.settings import broker_url
+
+    url = broker_url(broker)
+    if url is None:
+        raise UsageError("no broker: pass --broker URL or set SKILLSTATE_BROKER")
+    from skillstate.workers.celery_app import make_app
+
+    return make_app(url, **options)
+
+
+def _send(celery_app: Celery, message: Message) -> None:
+    from skillstate.errors import StoreUnavailable
+    from skillstate.workers.celery_app import enqueue
+
+    try:
+        enqueue(celery_app, message)
+    except Exception as exc:  # kombu's connection errors vary by transport
+        raise StoreUnavailable(
+            f"the broker did not take the message for {message.task_id!r}: {exc}; the task "
+            f"is in the store: skillstate requeue {message.task_id}"
+        ) from exc
+    finally:
+        celery_app.close()

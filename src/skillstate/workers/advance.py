@@ -1,0 +1,243 @@
+"""One message, judged against the store, then one slice of a task run under its lease.
+
+This module knows nothing of Celery: a worker hands it a :class:`Message` and a way
+to enqueue the task's next message, and gets an :class:`Outcome` back.
+
+Who is responsible for a task is decided by the store alone:
+
+* a **live lease** means a worker is on it. If the lease names *this* message (a
+  worker writes the broker's message id into its lease name), the message came
+  back while its first worker may be dead but not yet expired: it is tried again
+  once the lease can have run out. Any other live holder will carry on by itself,
+  so the message is dropped (a duplicate, or a stale message).
+* an **expired lease** (or one whose holder on this host has exited) means its
+  worker died mid-slice: whichever message gets here first takes the task over,
+  counts the crash in the task's error log, and resumes through the exactly-once
+  effect machinery (the pending effect is probed, not run again).
+* **no lease** and a head past the message's version: whoever moved it released the
+  lease only after enqueueing the next message (or the task stopped): drop.
+
+A slice enqueues the task's continuation *before* releasing the lease, so at every
+instant either a lease or a message is responsible for a running task.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from skillstate.engine.agent import Agent
+from skillstate.engine.lease import is_dead_local_worker
+from skillstate.engine.runtime import Runtime
+from skillstate.errors import (
+    AgentImportError,
+    Conflict,
+    LeaseHeld,
+    ProviderError,
+    TaskNotFound,
+)
+from skillstate.state.model import TaskStatus
+from skillstate.store.base import Lease, Store
+from skillstate.workers.crashes import crash_note, dead_letter, reason_to_fail
+from skillstate.workers.settings import Message, WorkerSettings
+
+__all__ = ["Advancer", "Outcome", "OutcomeKind", "worker_name"]
+
+log = logging.getLogger("skillstate.workers")
+
+OutcomeKind = Literal[
+    "completed",
+    "failed",
+    "waiting_user",
+    "budget",
+    "stalled",
+    "requeued",
+    "stale",
+    "held",
+    "retry_later",
+    "provider_retry",
+    "dead_letter",
+    "not_allowed",
+    "missing",
+]
+Enqueue = Callable[[Message, float], None]
+"""Send ``message`` to the broker, delivered after ``countdown`` seconds."""
+
+_LEASE_MARGIN = 0.5
+"""Seconds past a lease's expiry before its own redelivered message looks again."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one message did."""
+
+    kind: OutcomeKind
+    version: int | None = None
+    """The task's head version afterwards, when it was read."""
+    steps: int = 0
+    """Decisions taken for this message."""
+    detail: str = ""
+
+
+def worker_name(message_id: str) -> str:
+    """The lease holder's name for one message: ``<message id>@host:pid``.
+
+    The ``host:pid`` part keeps the lease module's fast path (a holder on this host
+    that has exited is taken over at once); the message id lets a redelivery
+    recognise the lease its first delivery left behind.
+    """
+    return f"{message_id or 'direct'}@{socket.gethostname()}:{os.getpid()}"
+
+
+def message_of(holder: str) -> str | None:
+    """The message id a worker's lease name carries, ``None`` for other holders."""
+    tag, sep, _ = holder.partition("@")
+    return tag if sep and tag and tag not in {"human", "direct"} else None
+
+
+class Advancer:
+    """Advances tasks for one worker process: one store, cached agents."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: WorkerSettings,
+        *,
+        stopping: Callable[[], bool] = lambda: False,
+        allowed: frozenset[str] | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.stopping = stopping
+        """True once the worker shuts down: the slice ends after the current step."""
+        self._allowed = allowed
+        self._agents: dict[str, Agent[Any]] = {}
+
+    def advance(self, message: Message, enqueue: Enqueue) -> Outcome:
+        """Judge ``message`` against the store and, if it is responsible, run a slice."""
+        try:
+            head = self.store.load(message.task_id, verify=False)
+        except TaskNotFound:
+            return Outcome("missing", detail="no such task in the store")
+        lease = self.store.lease(message.task_id)
+        crashed = None
+        if lease is not None:
+            verdict = self._judge_lease(message, lease)
+            if isinstance(verdict, float):
+                enqueue(message, verdict)  # the same message id: it may take this lease over
+                detail = f"held by {lease.worker}; again in {verdict:.1f}s"
+                return Outcome("retry_later", head.version, detail=detail)
+            if isinstance(verdict, Outcome):
+                return verdict
+            crashed = verdict
+        elif head.version > message.expected:
+            return Outcome("stale", head.version, detail=f"head is at {head.version}")
+        if head.state.get("status") in _IDLE and crashed is None:
+            return Outcome("stale", head.version, detail=f"task is {head.state.get('status')}")
+        try:
+            agent = self._agent(head.state.get("agent"))
+        except AgentImportError as exc:
+            return Outcome("not_allowed", head.version, detail=str(exc))
+        runtime = Runtime(
+            agent,
+            self.store,
+            worker=worker_name(message.message_id),
+            lease_ttl=self.settings.lease_ttl,
+        )
+        try:
+            with runtime.hold(message.task_id):
+                return self._slice(runtime, message, crashed, enqueue)
+        except LeaseHeld as exc:  # another message won the race for the task
+            return Outcome("held", detail=f"held by {exc.holder}")
+        except Conflict as exc:  # lost the lease mid-slice: the new holder carries on
+            return Outcome("held", detail=str(exc))
+
+    # ------------------------------------------------------------------ internals
+
+    def _judge_lease(self, message: Message, lease: Lease) -> Outcome | Lease | float:
+        """An outcome when the message must stop here, the lease when its holder died,
+        or the seconds after which this message should look again."""
+        now = datetime.now(timezone.utc)
+        if lease.expires_at <= now or is_dead_local_worker(lease.worker):
+            return lease
+        mine = message_of(lease.worker)
+        if mine is not None and mine != message.message_id:
+            return Outcome("held", detail=f"held by {lease.worker}")
+        # Our own redelivery (our first worker may be dead), or a person or tool: look
+        # again once the lease can have run out.
+        return (lease.expires_at - now).total_seconds() + _LEASE_MARGIN
+
+    def _slice(
+        self, runtime: Runtime[Any], message: Message, crashed: Lease | None, enqueue: Enqueue
+    ) -> Outcome:
+        task_id = message.task_id
+        state = runtime.load(task_id)
+        if state.status.value in _IDLE:  # its worker died after the last commit: release
+            return Outcome("stale", state.version, detail=f"task is {state.status.value}")
+        if crashed is not None and message_of(crashed.worker) is not None:
+            note = crash_note(state, crashed.worker, self.settings.max_crashes)
+            if note.kind == "dead_letter":
+                dead_letter(runtime, task_id, note)
+                return Outcome("dead_letter", runtime.load(task_id).version, detail=note.message)
+            runtime.mark(task_id, {"kind": "worker_lost", "worker": crashed.worker}, error=note)
+        # One run for the whole slice: the head is read and rechecked once, not per step.
+        try:
+            result = runtime.run(task_id, max_steps=self.settings.slice_steps, stop=self.stopping)
+        except ProviderError as exc:
+            return self._provider_error(runtime, message, exc, enqueue)
+        if result.stopped != "max_steps":
+            return Outcome(result.stopped, result.state.version, result.steps)
+        version = result.state.version
+        # Enqueue while still holding the lease: never a moment without an owner.
+        enqueue(Message(task_id, version, queue=message.queue), 0.0)
+        return Outcome("requeued", version, result.steps)
+
+    def _provider_error(
+        self,
+        runtime: Runtime[Any],
+        message: Message,
+        exc: ProviderError,
+        enqueue: Enqueue,
+    ) -> Outcome:
+        """Nothing of the failed decision was committed: try the task again later.
+
+        The steps committed before it in this slice stay (the outcome does not count
+        them: ``version`` says how far the task got)."""
+        version = runtime.load(message.task_id).version
+        if message.attempt + 1 >= self.settings.max_retries:
+            reason = f"the model provider failed {message.attempt + 1} times in a row: {exc}"
+            dead_letter(runtime, message.task_id, reason_to_fail(reason))
+            return Outcome("dead_letter", version, detail=reason)
+        wait = self.settings.backoff(message.attempt)
+        retry = Message(message.task_id, version, attempt=message.attempt + 1, queue=message.queue)
+        enqueue(retry, wait)
+        return Outcome("provider_retry", version, detail=f"{exc}; again in {wait:.1f}s")
+
+    def _agent(self, ref: object) -> Agent[Any]:
+        """The task's agent, imported only if the operator allowed its reference."""
+        from skillstate.config import allowed_agents, load_config
+        from skillstate.engine.agent import load_agent
+        from skillstate.errors import AgentNotAllowed
+
+        if not isinstance(ref, str) or not ref:
+            raise AgentImportError("the task does not record which agent drives it")
+        if ref in self._agents:
+            return self._agents[ref]
+        if self._allowed is None:
+            self._allowed = allowed_agents(load_config()) | self.settings.agents
+        if ref not in self._allowed:
+            raise AgentNotAllowed(
+                f"agent {ref!r} is not allowed on this worker (skillstate worker --agent "
+                f"{ref}, or [tool.skillstate] agents)"
+            )
+        agent = self._agents[ref] = load_agent(ref, search_cwd=True)
+        return agent
+
+
+_IDLE = frozenset({TaskStatus.COMPLETED.value, TaskStatus.FAILED.value, "waiting_user"})
+"""Statuses no message has anything to do for (a reply enqueues a new message)."""

@@ -1,0 +1,169 @@
+"""The queue commands on a real broker: ``submit --input``, ``reply --broker``, ``requeue``.
+
+No worker runs here: each test reads the message the command sent straight off its
+own RabbitMQ queue (a missing RabbitMQ skips, or fails with
+``SKILLSTATE_REQUIRE_SERVICES=1``) and the task from its SQLite store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skillstate import Runtime
+from skillstate.examples import ledger, ticket
+from skillstate.store import open_store
+from skillstate.workers.crashes import dead_letter, reason_to_fail
+from tests.cli_support import run_env
+from tests.contract.backends import require_service
+
+pytest.importorskip("celery", reason="pip install 'skillstate[celery]'")
+
+pytestmark = pytest.mark.services
+
+RABBIT = os.environ.get("SKILLSTATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+TICKET = "skillstate.examples.ticket:agent"
+
+
+@pytest.fixture
+def queue() -> Iterator[str]:
+    """A queue of this test's own on RabbitMQ, deleted afterwards."""
+    from kombu import Connection
+
+    try:
+        with Connection(RABBIT, connect_timeout=2) as conn:
+            conn.ensure_connection(max_retries=1)
+    except Exception as exc:
+        require_service("RabbitMQ", False, f"{RABBIT}: {exc}")
+    name = f"skillstate-cli-{uuid.uuid4().hex[:8]}"
+    yield name
+    with Connection(RABBIT) as conn:
+        conn.default_channel.queue_delete(name)
+
+
+def _messages(queue: str) -> list[list[Any]]:
+    """The (args, kwargs, embed) bodies waiting in ``queue``, taken off it."""
+    from kombu import Connection
+
+    bodies = []
+    with Connection(RABBIT) as conn:
+        waiting = conn.SimpleQueue(queue)
+        while True:
+            try:
+                message = waiting.get(timeout=2)
+            except waiting.Empty:
+                break
+            assert message.headers["task"] == "skillstate.advance"
+            bodies.append(json.loads(message.body))
+            message.ack()
+        waiting.close()
+    return bodies
+
+
+def _cli(tmp_path: Path, *args: str, broker: str | None = None) -> tuple[int, str, str]:
+    """``skillstate ARGS`` on this test's store; ``$SKILLSTATE_BROKER`` set only if given."""
+    return run_env(tmp_path, {"SKILLSTATE_BROKER": broker}, *args)
+
+
+def _head(tmp_path: Path, task_id: str) -> dict[str, Any]:
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        return store.load(task_id).state
+    finally:
+        store.close()
+
+
+def _parked_ticket(tmp_path: Path) -> int:
+    """Ticket t1 waiting for the user's description; returns its version."""
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        result = Runtime(ticket.agent, store).run("t1")
+        assert result.stopped == "waiting_user"
+        return result.state.version
+    finally:
+        store.close()
+
+
+class TestSubmit:
+    def test_inputs_go_into_the_new_tasks_queue(self, tmp_path: Path, queue: str) -> None:
+        """Each --input is a numbered reply on the card; the message names only id+version."""
+        code, out, err = _cli(
+            tmp_path, "submit", TICKET, "--task-id", "s1", "--queue", queue,
+            "--input", "VPN keeps dropping", "--input", "P2", broker=RABBIT,
+        )  # fmt: skip
+        assert code == 0, err
+        assert "submitted s1 (version 1)" in out
+        state = _head(tmp_path, "s1")
+        assert state["inputs"] == [
+            {"index": 0, "text": "VPN keeps dropping"},
+            {"index": 1, "text": "P2"},
+        ]
+        assert state["inputs_received"] == 2
+        [(args, kwargs, _)] = _messages(queue)
+        assert (args, kwargs) == (["s1", 1], {"attempt": 0})
+
+    def test_an_input_the_agent_refuses_writes_nothing(self, tmp_path: Path, queue: str) -> None:
+        code, _, err = _cli(
+            tmp_path, "submit", TICKET, "--task-id", "s2", "--queue", queue,
+            "--input", "x" * 30_000, broker=RABBIT,
+        )  # fmt: skip
+        assert code == 2, err
+        assert "--input refused" in err
+        assert _messages(queue) == []
+
+
+class TestReply:
+    def test_with_a_broker_it_commits_and_enqueues(self, tmp_path: Path, queue: str) -> None:
+        """The reply is committed here; the rest of the task is the workers' job."""
+        parked = _parked_ticket(tmp_path)
+        code, out, err = _cli(
+            tmp_path, "reply", "t1", "VPN keeps dropping", "--queue", queue, "--broker", RABBIT
+        )
+        assert code == 0, err
+        assert "enqueued" in out
+        state = _head(tmp_path, "t1")
+        assert (state["status"], state["version"]) == ("running", parked + 1)
+        assert state["inputs"][-1]["text"] == "VPN keeps dropping"
+        [(args, _, _)] = _messages(queue)
+        assert args == ["t1", parked + 1]
+
+    def test_without_a_broker_it_runs_here(self, tmp_path: Path, queue: str) -> None:
+        """No --broker and no $SKILLSTATE_BROKER: reply runs the task on, as before."""
+        parked = _parked_ticket(tmp_path)
+        code, _, err = _cli(tmp_path, "reply", "t1", "VPN keeps dropping", "-q")
+        assert code == 0, err
+        state = _head(tmp_path, "t1")
+        assert state["version"] > parked + 1  # the reply, then decisions taken here
+        assert state["question"]  # it went on until its next question (the priority)
+        assert _messages(queue) == []
+
+
+class TestRequeue:
+    def test_a_dead_letter_is_reopened_and_sent(self, tmp_path: Path, queue: str) -> None:
+        store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+        runtime = Runtime(ledger.agent, store)
+        runtime.start("d1", ledger=str(tmp_path / "ledger.txt"), target=2)
+        dead_letter(runtime, "d1", reason_to_fail("the provider failed 8 times in a row"))
+        store.close()
+        assert _head(tmp_path, "d1")["status"] == "failed"
+        code, out, err = _cli(tmp_path, "requeue", "d1", "--queue", queue, "--broker", RABBIT)
+        assert code == 0, err
+        assert "requeued d1" in out
+        state = _head(tmp_path, "d1")
+        assert state["status"] == "running"
+        [(args, _, _)] = _messages(queue)
+        assert args == ["d1", state["version"]]
+
+    def test_a_task_that_did_not_dead_letter_is_refused(self, tmp_path: Path, queue: str) -> None:
+        parked = _parked_ticket(tmp_path)
+        code, _, err = _cli(tmp_path, "requeue", "t1", "--queue", queue, "--broker", RABBIT)
+        assert code == 2
+        assert "not dead-lettered" in err
+        assert _head(tmp_path, "t1")["version"] == parked
+        assert _messages(queue) == []
