@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -25,17 +26,20 @@ HAS_LANGGRAPH = (
 )
 
 
-def run_benchmark(*args: str) -> subprocess.CompletedProcess[str]:
+def run_benchmark(
+    *args: str, script: Path = SCRIPT, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run a benchmark script as a user would, without rich's terminal settings."""
     env = {k: v for k, v in os.environ.items() if k not in _RICH_ENV}
     env["PYTHONIOENCODING"] = "utf-8"
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, str(script), *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
         encoding="utf-8",
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
 
@@ -85,19 +89,8 @@ DRIVERS = ROOT / "benchmarks" / "store_drivers.py"
 def test_store_drivers_quick_run(tmp_path: Path) -> None:
     """The driver benchmark's smoke run: both tables, or each backend skipped with a reason."""
     markdown = tmp_path / "drivers.md"
-    env = {k: v for k, v in os.environ.items() if k not in _RICH_ENV}
-    env["PYTHONIOENCODING"] = "utf-8"
     args = ["--quick", "--writers", "1", "--seconds", "0.1", "--markdown", str(markdown)]
-    result = subprocess.run(
-        [sys.executable, str(DRIVERS), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=300,
-        check=False,
-    )
+    result = run_benchmark(*args, script=DRIVERS)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     text = markdown.read_text(encoding="utf-8")
     assert text.startswith("## Store drivers")
@@ -112,21 +105,32 @@ RUNTIME_STEP = ROOT / "benchmarks" / "runtime_step.py"
 def test_runtime_step_quick_run(tmp_path: Path) -> None:
     """The runtime-step benchmark's smoke run on the backends that need no server."""
     markdown = tmp_path / "runtime_step.md"
-    env = {k: v for k, v in os.environ.items() if k not in _RICH_ENV}
-    env["PYTHONIOENCODING"] = "utf-8"
     args = ["--quick", "--backends", "memory,sqlite", "--markdown", str(markdown)]
-    result = subprocess.run(
-        [sys.executable, str(RUNTIME_STEP), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=600,
-        check=False,
-    )
+    result = run_benchmark(*args, script=RUNTIME_STEP, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     text = markdown.read_text(encoding="utf-8")
     for needle in ("skillstate", "memory", "sqlite"):
         assert needle in text, needle
     assert "PASS" in text or "FAIL" in text  # the target lines were computed
+
+
+WORKERS = ROOT / "benchmarks" / "workers.py"
+
+
+def test_workers_quick_run(tmp_path: Path) -> None:
+    """The workers benchmark's smoke run (Postgres + RabbitMQ; skipped, or failed in CI,
+    when either is down)."""
+    pytest.importorskip("celery", reason="pip install 'skillstate[celery]'")
+    from tests.contract.backends import require_service
+
+    for name, port in (("PostgreSQL", 5432), ("RabbitMQ", 5672)):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        except OSError as exc:
+            require_service(name, False, f"127.0.0.1:{port}: {exc}")
+    markdown = tmp_path / "workers.md"
+    result = run_benchmark("--quick", "--markdown", str(markdown), script=WORKERS, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = markdown.read_text(encoding="utf-8")
+    assert "| 1 worker process |" in text
+    assert "engine per step" in text

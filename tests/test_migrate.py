@@ -598,3 +598,28 @@ class TestDecorator:
         state = v1_agent().parse_state(v1_doc())
         assert isinstance(state, TicketV1)
         assert state.status is TaskStatus.CREATED
+
+
+def test_a_card_v3_task_loads_and_continues_with_no_replies_ahead(tmp_path: Path) -> None:
+    """Card 4 added ``replies_ahead``: a task written at card 3 loads with none and runs on."""
+    from skillstate import Runtime
+    from skillstate.examples import ticket
+    from skillstate.store import open_store
+    from skillstate.store.memory import MemoryStore
+
+    db = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        runtime = Runtime(ticket.agent, db)
+        parked = runtime.run("t").state
+        raw = parked.model_dump(mode="json")
+        raw.pop("replies_ahead")
+        raw["card_version"] = 3
+        old = MemoryStore()
+        event = db.events("t")[-1]
+        old.commit("t", 0, {**raw, "version": 1}, event.model_copy(update={"version": 1}))
+        loaded = Runtime(ticket.agent, old).load("t")
+        assert (loaded.card_version, loaded.replies_ahead) == (4, ())
+        answered = Runtime(ticket.agent, old).run("t", inputs=["VPN keeps dropping", "P2"])
+        assert answered.stopped == "completed"
+    finally:
+        db.close()

@@ -91,8 +91,9 @@ def _parked_ticket(tmp_path: Path) -> int:
 
 
 class TestSubmit:
-    def test_inputs_go_into_the_new_tasks_queue(self, tmp_path: Path, queue: str) -> None:
-        """Each --input is a numbered reply on the card; the message names only id+version."""
+    def test_inputs_answer_the_questions_in_turn(self, tmp_path: Path, queue: str) -> None:
+        """--input replies wait on the card (the message names only id+version) and each
+        question takes the next one, as ``run --input`` gives them."""
         code, out, err = _cli(
             tmp_path, "submit", TICKET, "--task-id", "s1", "--queue", queue,
             "--input", "VPN keeps dropping", "--input", "P2", broker=RABBIT,
@@ -100,13 +101,42 @@ class TestSubmit:
         assert code == 0, err
         assert "submitted s1 (version 1)" in out
         state = _head(tmp_path, "s1")
-        assert state["inputs"] == [
-            {"index": 0, "text": "VPN keeps dropping"},
-            {"index": 1, "text": "P2"},
-        ]
-        assert state["inputs_received"] == 2
+        assert state["replies_ahead"] == ["VPN keeps dropping", "P2"]
+        assert (state["inputs"], state["inputs_received"]) == ([], 0)
         [(args, kwargs, _)] = _messages(queue)
         assert (args, kwargs) == (["s1", 1], {"attempt": 0})
+        # What a worker does with the message: run the task from the store.
+        store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            result = Runtime(ticket.agent, store).run("s1")
+            events = store.events("s1")
+        finally:
+            store.close()
+        assert result.stopped == "completed"
+        assert (result.state.ticket_type, result.state.priority) == ("network", "P2")
+        assert (result.state.replies_ahead, result.state.inputs_received) == ((), 2)
+        replies = [e.action for e in events if e.action.get("kind") == "reply"]
+        assert [(r["text"], r["index"], r.get("ahead")) for r in replies] == [
+            ("VPN keeps dropping", 0, True),
+            ("P2", 1, True),
+        ]
+
+    def test_a_reply_given_ahead_is_used_once(self, tmp_path: Path, queue: str) -> None:
+        """A reply that did not serve its question is not given again: the task asks."""
+        code, _, err = _cli(
+            tmp_path, "submit", TICKET, "--task-id", "s3", "--queue", queue,
+            "--input", "P3", broker=RABBIT,
+        )  # fmt: skip
+        assert code == 0, err
+        store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            runtime = Runtime(ticket.agent, store)
+            # "P3" answers the first question (the description): not a ticket type.
+            first = runtime.run("s3")
+            assert first.state.replies_ahead == ()
+            assert first.stopped == "waiting_user"
+        finally:
+            store.close()
 
     def test_an_input_the_agent_refuses_writes_nothing(self, tmp_path: Path, queue: str) -> None:
         code, _, err = _cli(

@@ -116,10 +116,9 @@ def submit(
 ) -> None:
     """Create a task in the store and enqueue it for the workers.
 
-    ``--input`` replies go into the new task's input queue (``inputs`` on its card,
-    numbered from 0) when it is created, so the message still names only the task
-    and its version: the worker's first decision sees them (``view.inbox``, and
-    ``view.state.inputs`` for all of them)."""
+    ``--input`` replies are kept on the new task's card (``replies_ahead``) and
+    handed out one per question, as ``run --input`` does, so the message still names
+    only the task and its version."""
     from skillstate.cli._common import _exists
     from skillstate.engine.agent import load_agent
     from skillstate.engine.runtime import Runtime
@@ -169,19 +168,18 @@ def requeue(
 
 
 def _queued_inputs(agent: Any, texts: list[str], fields: dict[str, object]) -> dict[str, object]:
-    """The card fields that put ``texts`` in a new task's input queue, checked as replies."""
+    """The card field that gives ``texts`` to the task's questions, checked as replies."""
     from skillstate.errors import UsageError
     from skillstate.limits import problem
 
-    if "inputs" in fields or "inputs_received" in fields:
-        raise UsageError("give the replies with --input, not --set inputs=...")
+    if {"inputs", "inputs_received", "replies_ahead"} & fields.keys():
+        raise UsageError("give the replies with --input, not --set")
     limits = agent.limits
     for text in texts:
         found = problem(text, chars=limits.reply_chars, depth=limits.depth)
         if found is not None:
             raise UsageError(f"--input refused: {found}; nothing was written")
-    queued = [{"index": i, "text": text} for i, text in enumerate(texts)]
-    return {"inputs": queued, "inputs_received": len(queued)}
+    return {"replies_ahead": tuple(texts)}
 
 
 def enqueue_reply(broker: str, task_id: str, version: int, queue: str) -> None:

@@ -36,6 +36,7 @@ from skillstate.engine.settle import Settling
 from skillstate.engine.stale import stale_steps
 from skillstate.engine.transcript import conversation
 from skillstate.errors import (
+    Conflict,
     DecisionFailed,
     InvariantBroken,
     TaskNotFound,
@@ -210,6 +211,11 @@ class Runtime(Generic[S]):
 
         A reply is new information: the stall guard's count starts over.
         """
+        return self._reply(task_id, text)
+
+    def _reply(self, task_id: str, text: str, *, ahead: bool = False) -> S:
+        """:meth:`reply`; with ``ahead``, ``text`` is the card's first reply given ahead
+        (``replies_ahead``), which the same commit takes off the card."""
         self._check_reply(text)
         with self._holding(task_id):
             state = self.load(task_id)
@@ -217,11 +223,14 @@ class Runtime(Generic[S]):
                 raise UsageError(
                     f"task {task_id!r} is not waiting for a reply (status: {state.status.value})"
                 )
+            if ahead and state.replies_ahead[:1] != (text,):
+                raise Conflict(f"task {task_id!r}: its replies given ahead changed meanwhile")
             reply = UserInput(index=state.inputs_received, text=text)
             after = state.replace(
                 status=TaskStatus.RUNNING,
                 inputs=(*state.inputs, reply),
                 inputs_received=reply.index + 1,
+                replies_ahead=state.replies_ahead[1:] if ahead else state.replies_ahead,
                 question=None,
                 no_progress=0,
                 tried=(),
@@ -231,6 +240,7 @@ class Runtime(Generic[S]):
                 "text": text,
                 "index": reply.index,
                 "question": state.question,
+                **({"ahead": True} if ahead else {}),
             }
             replied = self._committer.commit(state, Draft(after=after), action, "user")[0]
             return cast(S, replied)
@@ -361,10 +371,8 @@ class Runtime(Generic[S]):
             if stopped is not None:
                 return RunResult(state, stopped, steps)
             if state.status is TaskStatus.WAITING_USER:
-                position = state.inputs_received - first
-                if not 0 <= position < len(queue):
+                if not self._answer(state, queue, first):
                     return RunResult(state, "waiting_user", steps)
-                self.reply(task_id, queue[position])
                 continue
             if steps >= budget or (stop is not None and stop()):
                 return RunResult(state, "max_steps", steps)
@@ -379,6 +387,18 @@ class Runtime(Generic[S]):
             if self.max_invalid is not None and invalid >= self.max_invalid:
                 reason = f"{invalid} invalid decisions in a row (max_invalid {self.max_invalid})"
                 return RunResult(self._stop_for_budget(report.after, reason), "budget", steps)
+
+    def _answer(self, state: AgentState, queue: list[str], first: int) -> bool:
+        """Reply to a waiting task if a reply is at hand: the run's own ``inputs`` (reply
+        number ``first + i`` is ``queue[i]``), else the card's first reply given ahead."""
+        position = state.inputs_received - first
+        if 0 <= position < len(queue):
+            self.reply(state.task_id, queue[position])
+        elif state.replies_ahead:
+            self._reply(state.task_id, state.replies_ahead[0], ahead=True)
+        else:
+            return False
+        return True
 
     def _over_budget(self, state: AgentState) -> str | None:
         used = state.usage

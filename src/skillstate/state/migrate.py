@@ -331,7 +331,13 @@ def _base_2_to_3(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-BASE_MIGRATIONS: dict[int, MigrationFn] = {1: _base_1_to_2, 2: _base_2_to_3}
+def _base_3_to_4(doc: dict[str, Any]) -> dict[str, Any]:
+    """Replies given ahead of their questions (none on an older card)."""
+    doc.setdefault("replies_ahead", [])
+    return doc
+
+
+BASE_MIGRATIONS: dict[int, MigrationFn] = {1: _base_1_to_2, 2: _base_2_to_3, 3: _base_3_to_4}
 """Migrations of the base card, by the ``card_version`` they start from."""
 
 

@@ -249,11 +249,11 @@ class Decision(_Record):
     reason: str = ""
 
 
-CARD_VERSION = 3
+CARD_VERSION = 4
 """The base card's own format. 2 added ``steps_taken``, ``tried``, ``no_progress``,
 ``compensations``, ``effect_generations``, ``StepRecord.undo`` and
 ``ErrorEntry.permanent``; 3 turned the one-slot ``inbox`` into ``inputs`` (a queue of
-numbered replies) and ``inputs_received``."""
+numbered replies) and ``inputs_received``; 4 added ``replies_ahead``."""
 
 #: Fields only the runtime writes. A skill that declares one of these in
 #: ``outputs`` is refused at definition time.
@@ -272,6 +272,7 @@ PROTECTED_FIELDS = frozenset(
         "question",
         "inputs",
         "inputs_received",
+        "replies_ahead",
         "pending_effect",
         "compensations",
         "effect_generations",
@@ -342,6 +343,11 @@ class AgentState(BaseModel):
     skill could not use is still there for the next decision."""
     inputs_received: int = 0
     """Replies the task has received in all (the next one gets this index)."""
+    replies_ahead: tuple[str, ...] = ()
+    """Replies given before the task asked (``skillstate submit --input``): each time
+    the task waits for the user, the runtime answers with the first one, as
+    ``run(inputs=...)`` does. Kept in the card (never shown to a model) so that any
+    worker can hand them out: a queue message carries no state."""
     pending_effect: Intent | None = None
     """An effect recorded but not yet confirmed (see :class:`Intent`)."""
     compensations: tuple[Compensation, ...] = ()
