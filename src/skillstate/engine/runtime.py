@@ -26,6 +26,7 @@ from skillstate.engine.act import Acting
 from skillstate.engine.actions import Action, CallSkill
 from skillstate.engine.agent import Agent
 from skillstate.engine.commit import Committer
+from skillstate.engine.decide import accounted, failed_usage, over_budget
 from skillstate.engine.draft import Draft, reject, signature
 from skillstate.engine.guard import Guard, OnStall
 from skillstate.engine.history import find_step
@@ -44,7 +45,7 @@ from skillstate.errors import (
 )
 from skillstate.events import Actor, TokenUsage, utcnow
 from skillstate.limits import problem
-from skillstate.llm.base import Prices, Usage
+from skillstate.llm.base import Prices
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus, UserInput
 from skillstate.state.view import View
 from skillstate.store.base import Store
@@ -401,16 +402,7 @@ class Runtime(Generic[S]):
         return True
 
     def _over_budget(self, state: AgentState) -> str | None:
-        used = state.usage
-        if self.max_calls is not None and used.calls >= self.max_calls:
-            return f"model call budget reached ({used.calls} of --max-calls {self.max_calls})"
-        if self.max_tokens is not None and used.prompt >= self.max_tokens:
-            return (
-                f"prompt token budget reached ({used.prompt:,} of --max-tokens {self.max_tokens:,})"
-            )
-        if self.max_cost is not None and used.cost >= self.max_cost:
-            return f"cost budget reached ({used.cost:.4f} of --max-cost {self.max_cost:g})"
-        return None
+        return over_budget(state.usage, self.max_calls, self.max_tokens, self.max_cost)
 
     def _stop_for_budget(self, state: AgentState, reason: str) -> AgentState:
         """Record why the task stopped (once); it stays running and resumable."""
@@ -482,23 +474,7 @@ class Runtime(Generic[S]):
 
     def _accounted(self, decided: Action | Decided) -> tuple[Action, TokenUsage | None]:
         """The action, and what deciding it cost (``None``: no model was called)."""
-        if isinstance(decided, Decided):
-            u = decided.usage
-            return decided.action, TokenUsage(
-                prompt=u.prompt,
-                completion=u.completion,
-                cached=u.cached,
-                calls=decided.calls,
-                repairs=decided.repairs,
-                estimated=u.estimated,
-                model=decided.model or None,
-                cost=self.prices.cost(u.prompt, u.completion, u.cached) if self.prices else None,
-                duration_ms=round(decided.duration_ms, 1),
-            )
-        # No model was called: nothing was spent, and nothing is counted (a report
-        # that wants a scripted run's prompt sizes renders them from the stored
-        # versions: `skillstate run --compare`).
-        return decided, None
+        return accounted(decided, self.prices)
 
     def _invalid_decision(
         self,
@@ -510,17 +486,8 @@ class Runtime(Generic[S]):
         started: datetime,
     ) -> StepReport[Any]:
         """The model never gave a valid action: log it; the state is otherwise unchanged."""
-        u = exc.usage if isinstance(exc.usage, Usage) else Usage()
         draft = reject(state, step_id, "decision_failed", str(exc), None)
-        draft.usage = TokenUsage(
-            prompt=u.prompt,
-            completion=u.completion,
-            cached=u.cached,
-            calls=exc.calls,
-            repairs=exc.repairs,
-            estimated=u.estimated,
-            cost=self.prices.cost(u.prompt, u.completion, u.cached) if self.prices else None,
-        )
+        draft.usage = failed_usage(exc, self.prices)
         stalled = self._settling.account(state, draft, signature(None))
         after, event = self._committer.commit(
             state, draft, {"kind": "invalid"}, "policy", view=view, started=started
