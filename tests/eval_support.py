@@ -14,12 +14,13 @@ from skillstate.engine.runtime import RunResult, Runtime
 from skillstate.eval.results import TaskResult
 from skillstate.eval.runner import run_task
 from skillstate.eval.tasks import Environment, TaskSpec
-from skillstate.eval.variants import VARIANTS
+from skillstate.eval.variants import MAIN_VARIANTS, VARIANTS
 from skillstate.state.view import View
 from skillstate.store.base import Store
 from skillstate.store.memory import MemoryStore
 
-VARIANT_NAMES = sorted(VARIANTS)
+VARIANT_NAMES = sorted(MAIN_VARIANTS)
+"""The four variants of the experiment; the baselines have their own tests."""
 
 Tools = Mapping[str, Callable[..., Any]]
 

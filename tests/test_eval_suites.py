@@ -94,6 +94,8 @@ def test_eval_on_the_seeds_suite_and_its_errors(tmp_path: Path) -> None:
         "seeds",
         "--variants",
         "skillstate",
+        "--seeds",
+        "1",
         "--no-recovery",
         "--out",
         str(out),

@@ -356,7 +356,7 @@ def test_eval_report_links_each_run(tmp_path: Path) -> None:
         tmp_path,
         None,
         "eval", "--suite", "long", "--tasks", "1", "--groups", "short",
-        "--variants", "history,skillstate", "--no-recovery", "--out", str(out),
+        "--variants", "history,skillstate", "--seeds", "1", "--no-recovery", "--out", str(out),
     )  # fmt: skip
     assert code == 0, stderr
     from skillstate.store import open_store

@@ -40,9 +40,13 @@ def eval_(
         ),
     ] = "long",
     variants: Annotated[
-        str, typer.Option("--variants", help="Comma-separated: history,state,skills,skillstate.")
+        str,
+        typer.Option(
+            "--variants",
+            help="Comma-separated: history,state,skills,skillstate,window,summary,hybrid.",
+        ),
     ] = "history,state,skills,skillstate",
-    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Runs per task and variant.")] = 1,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Runs per task and variant.")] = 3,
     model: Annotated[
         str,
         typer.Option(
@@ -79,8 +83,36 @@ def eval_(
     recovery: Annotated[
         bool, typer.Option(help="Also interrupt each task at 25/50/75% and resume it.")
     ] = True,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="end-to-end (each variant runs the task) or forced (teacher-forced decision "
+            "accuracy at every step of the reference run).",
+        ),
+    ] = "end-to-end",
+    window: Annotated[
+        int,
+        typer.Option("--window", help="Raw messages the window and hybrid variants keep."),
+    ] = 8,
+    summary_every: Annotated[
+        int,
+        typer.Option("--summary-every", help="Decisions between the summary variant's summaries."),
+    ] = 10,
+    inject_faults: Annotated[
+        float | None,
+        typer.Option(
+            "--inject-faults",
+            min=0.0,
+            max=1.0,
+            help="Fail this share of model calls with a timeout or rate-limit error (seeded).",
+        ),
+    ] = None,
 ) -> None:
-    """Run a task suite under the four variants and write a report."""
+    """Run a task suite under the variants and write a report.
+
+    Variants: history, state, skills, skillstate, and the baselines window, summary, hybrid.
+    """
     from skillstate.eval.cli import run_eval
 
     raise typer.Exit(
@@ -98,5 +130,9 @@ def eval_(
             max_invalid=max_invalid,
             recovery=recovery,
             command="skillstate " + " ".join(sys.argv[1:]),
+            mode=mode,
+            window=window,
+            summary_every=summary_every,
+            inject_faults=inject_faults,
         )
     )

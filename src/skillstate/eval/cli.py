@@ -8,6 +8,7 @@ import random
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -17,9 +18,17 @@ from skillstate.eval.results import TaskResult
 from skillstate.eval.runner import ProviderFactory, oracle_factory, run_task
 from skillstate.eval.suites import load_suite
 from skillstate.eval.tasks import GROUPS, TaskSpec
-from skillstate.eval.variants import parse_variants
+from skillstate.eval.variants import (
+    DEFAULT_SUMMARY_EVERY,
+    DEFAULT_WINDOW,
+    Variant,
+    parse_variants,
+)
 
-__all__ = ["run_eval"]
+__all__ = ["MODES", "run_eval"]
+
+MODES = ("end-to-end", "forced")
+"""``--mode``: each variant runs the task itself, or is teacher-forced along the reference."""
 
 
 def run_eval(
@@ -37,9 +46,21 @@ def run_eval(
     max_invalid: int | None = 3,
     recovery: bool,
     command: str,
+    mode: str = "end-to-end",
+    window: int = DEFAULT_WINDOW,
+    summary_every: int = DEFAULT_SUMMARY_EVERY,
+    inject_faults: float | None = None,
 ) -> int:
-    """Run and report; returns the exit code (0: the run completed, whatever it measured)."""
-    chosen = parse_variants(variants)
+    """Run and report; returns the exit code (0: the run completed, whatever it measured).
+
+    ``mode`` is ``end-to-end`` (each variant runs the task on its own) or ``forced``
+    (teacher-forced decision accuracy along the reference run, see
+    :mod:`skillstate.eval.forced`). ``inject_faults`` makes that share of model
+    calls fail with a provider error (see :mod:`skillstate.eval.faults`).
+    """
+    if mode not in MODES:
+        raise UsageError(f"unknown mode {mode!r}; choose from: {', '.join(MODES)}")
+    chosen = parse_variants(variants, window=window, every=summary_every)
     wanted = _parse_groups(groups)
 
     def suite_for(seed: int) -> list[TaskSpec]:
@@ -50,19 +71,26 @@ def run_eval(
     per_seed = {seed: suite_for(seed) for seed in range(seeds)}
     if not any(per_seed.values()):
         raise UsageError(f"suite {suite!r} has no tasks in group(s) {groups}")
-    factory: ProviderFactory = oracle_factory
-    if model != "oracle":
-        from skillstate.llm import open_provider
-
-        provider = open_provider(model, base_url=base_url)
-        if context_window is None:
-            # The model's own window (counted with our tokenizer: an approximation).
-            context_window = getattr(provider, "n_ctx", None)
-
-        def shared(*_: object) -> object:
-            return provider
-
-        factory = shared  # type: ignore[assignment]
+    factory, context_window = _model(model, base_url, context_window, inject_faults)
+    if mode == "forced":
+        settings = {
+            "window": window,
+            "summary_every": summary_every,
+            "max_repairs": max_repairs,
+            "context_window": context_window,
+        }
+        return _run_forced(
+            per_seed,
+            chosen,
+            factory,
+            out=Path(out),
+            model=model,
+            suite=suite,
+            command=command,
+            context_window=context_window,
+            max_repairs=max_repairs,
+            settings=settings,
+        )
     out_dir = Path(out)
     work = out_dir / "runs"
     started_at = datetime.now(timezone.utc)
@@ -70,13 +98,7 @@ def run_eval(
     results: list[TaskResult] = []
     orders: dict[int, list[str]] = {}
     total = sum(len(specs) for specs in per_seed.values()) * len(chosen)
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
+    with _progress() as progress:
         bar = progress.add_task("eval", total=total)
         for seed in range(seeds):
             order = list(per_seed[seed])
@@ -110,7 +132,7 @@ def run_eval(
         command=command,
         started_at=started_at,
         duration_s=round(time.perf_counter() - started, 1),
-        machine=f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
+        machine=_machine(),
     )
     # The task order of each seed is part of the record (it is shuffled per seed).
     document = json.loads(paths.json.read_text(encoding="utf-8"))
@@ -130,6 +152,30 @@ def run_eval(
     return 0
 
 
+def _model(
+    model: str, base_url: str | None, context_window: int | None, inject_faults: float | None
+) -> tuple[ProviderFactory, int | None]:
+    """The provider factory ``model`` names, and the context window to enforce."""
+    factory: ProviderFactory = oracle_factory
+    if model != "oracle":
+        from skillstate.llm import open_provider
+
+        provider = open_provider(model, base_url=base_url)
+        if context_window is None:
+            # The model's own window (counted with our tokenizer: an approximation).
+            context_window = getattr(provider, "n_ctx", None)
+
+        def shared(*_: object) -> object:
+            return provider
+
+        factory = shared  # type: ignore[assignment]
+    if inject_faults:
+        from skillstate.eval.faults import faulty_factory
+
+        factory = faulty_factory(factory, inject_faults)
+    return factory, context_window
+
+
 def _parse_groups(text: str | None) -> set[str] | None:
     if text is None:
         return None
@@ -141,3 +187,80 @@ def _parse_groups(text: str | None) -> set[str] | None:
             f"choose from: {', '.join(GROUPS)}"
         )
     return names
+
+
+def _progress() -> Progress:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    return Progress(*columns, console=console, transient=False)
+
+
+def _machine() -> str:
+    return f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
+
+
+def _run_forced(
+    per_seed: dict[int, list[TaskSpec]],
+    chosen: list[Variant],
+    factory: ProviderFactory,
+    *,
+    out: Path,
+    model: str,
+    suite: str,
+    command: str,
+    context_window: int | None,
+    max_repairs: int,
+    settings: dict[str, Any],
+) -> int:
+    """Teacher-force every task of every seed under every variant, and report."""
+    from skillstate.eval.forced import ForcedRun, run_forced_task
+    from skillstate.eval.forced_metrics import summarize_forced
+    from skillstate.eval.forced_report import write_forced_report
+
+    started_at = datetime.now(timezone.utc)
+    started = time.perf_counter()
+    runs: list[ForcedRun] = []
+    total = sum(len(specs) for specs in per_seed.values()) * len(chosen)
+    with _progress() as progress:
+        bar = progress.add_task("forced", total=total)
+        for seed, specs in per_seed.items():
+            for spec in specs:
+                for variant in chosen:
+                    progress.update(bar, description=f"seed {seed} {spec.id} {variant.name}")
+                    runs.append(
+                        run_forced_task(
+                            spec,
+                            variant,
+                            seed=seed,
+                            factory=factory,
+                            workdir=out / "runs",
+                            context_window=context_window,
+                            max_repairs=max_repairs,
+                        )
+                    )
+                    progress.advance(bar)
+    paths = write_forced_report(
+        runs,
+        out,
+        model=model,
+        suite=suite,
+        seeds=sorted(per_seed),
+        command=command,
+        started_at=started_at,
+        duration_s=round(time.perf_counter() - started, 1),
+        machine=_machine(),
+        settings=settings,
+    )
+    for name, item in summarize_forced([d for r in runs for d in r.decisions]).items():
+        exact = item["overall"]["exact"]["rate"]
+        shown = "—" if exact is None else f"{exact:.2f}"
+        console.print(
+            f"  {name:<10} exact {shown} over {item['decisions']} decisions  "
+            f"drop k {item['drop_k']['exact'] or '—'}"
+        )
+    console.print(f"report: {paths.markdown} (json, plots beside it)")
+    return 0

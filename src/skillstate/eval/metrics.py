@@ -33,6 +33,10 @@ Per-seed definitions (``runs`` are one seed's runs of one variant):
     default).
 ``prompt_tokens_total``, ``completion_tokens_total``
     tokens summed over the seed's runs: the cost of one pass of the suite.
+``retries_per_step_mean``, ``time_per_step_mean``
+    skill attempts beyond the first, and wall seconds (from the events'
+    ``started_at``/``finished_at``), per decision: the seed's totals over its
+    runs divided by the decisions those runs made.
 ``recovery_rate``
     of the interrupted-and-resumed runs (``TaskResult.recovery``) whose
     uninterrupted run of the same task and seed succeeded, the fraction that
@@ -72,8 +76,16 @@ __all__ = [
     "tokens_by_step",
 ]
 
-VARIANTS: tuple[str, ...] = ("history", "state", "skills", "skillstate")
-"""The variants in the order reports list them (baseline first)."""
+VARIANTS: tuple[str, ...] = (
+    "history",
+    "state",
+    "skills",
+    "skillstate",
+    "window",
+    "summary",
+    "hybrid",
+)
+"""The variants in the order reports list them (baseline first, context baselines last)."""
 GROUPS: tuple[str, ...] = ("short", "medium", "long")
 """The length groups in the order reports list them."""
 
@@ -100,6 +112,8 @@ class MetricSet(TypedDict):
     prompt_tokens_per_decision_p95: Stat
     prompt_tokens_total: Stat
     completion_tokens_total: Stat
+    retries_per_step_mean: Stat
+    time_per_step_mean: Stat
     recovery_rate: Stat
     duplicated_effects: Stat
 
@@ -120,6 +134,8 @@ STAT_METRICS: tuple[str, ...] = (
     "prompt_tokens_per_decision_p95",
     "prompt_tokens_total",
     "completion_tokens_total",
+    "retries_per_step_mean",
+    "time_per_step_mean",
     "recovery_rate",
     "duplicated_effects",
 )
@@ -223,6 +239,19 @@ def _completion_total(runs: Sequence[TaskResult]) -> float | None:
     return float(sum(run.completion_tokens for run in runs))
 
 
+def _per_step(runs: Sequence[TaskResult], total: Callable[[TaskResult], float]) -> float | None:
+    steps = sum(run.steps for run in runs)
+    return sum(total(run) for run in runs) / steps if steps else None
+
+
+def _retries_per_step(runs: Sequence[TaskResult]) -> float | None:
+    return _per_step(runs, lambda run: run.retries)
+
+
+def _time_per_step(runs: Sequence[TaskResult]) -> float | None:
+    return _per_step(runs, lambda run: run.step_seconds)
+
+
 def _recovery_attempts(runs: Sequence[TaskResult]) -> list[bool]:
     return [resumed.success for run in runs if run.success for resumed in run.recovery]
 
@@ -262,6 +291,8 @@ def _metric_set(runs: Sequence[TaskResult]) -> MetricSet:
         prompt_tokens_per_decision_p95=stat(_tokens_per_decision_p95),
         prompt_tokens_total=stat(_prompt_total),
         completion_tokens_total=stat(_completion_total),
+        retries_per_step_mean=stat(_retries_per_step),
+        time_per_step_mean=stat(_time_per_step),
         recovery_rate=stat(_recovery_rate),
         duplicated_effects=stat(_duplicated_effects),
     )

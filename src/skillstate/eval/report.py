@@ -50,8 +50,11 @@ _VARIANT_COLORS = {
     "state": "#1f77b4",
     "skills": "#ff7f0e",
     "skillstate": "#2ca02c",
+    "window": "#9467bd",
+    "summary": "#8c564b",
+    "hybrid": "#17becf",
 }
-_EXTRA_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#d62728")
+_EXTRA_COLORS = ("#e377c2", "#bcbd22", "#d62728", "#aec7e8", "#ffbb78", "#98df8a")
 # Fixed fonts, sizes and resolution so that the same results draw the same PNG on any
 # machine (DejaVu Sans ships with matplotlib, so no system font is picked up).
 _RC: dict[RcKeyType, Any] = {
@@ -298,6 +301,8 @@ def _markdown(
             "Intermediate validity",
             "Model calls / run",
             "Repairs / run",
+            "Retries / step",
+            "Seconds / step",
         ],
         [
             [
@@ -308,6 +313,8 @@ def _markdown(
                 _fmt(item["intermediate_validity"], 2),
                 _fmt(item["model_calls_mean"], 1),
                 _fmt(item["repairs_mean"], 2),
+                _fmt(item["retries_per_step_mean"], 2),
+                _fmt(item["time_per_step_mean"], 3),
             ]
             for name, item in summary.items()
         ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["RecoveryResult", "TaskResult"]
+__all__ = ["ForcedDecision", "RecoveryResult", "TaskResult"]
 
 
 @dataclass
@@ -26,7 +26,7 @@ class TaskResult:
     group: str
     """short, medium or long."""
     variant: str
-    """history, state, skills or skillstate."""
+    """history, state, skills, skillstate, or a baseline: window, summary, hybrid."""
     seed: int
     success: bool
     """Every final check passed."""
@@ -53,6 +53,10 @@ class TaskResult:
     prompt_tokens: list[int] = field(default_factory=list)
     """Prompt tokens of each decision, in order."""
     completion_tokens: int = 0
+    retries: int = 0
+    """Skill attempts beyond the first, summed over the run's decisions (``attempts - 1``)."""
+    step_seconds: float = 0.0
+    """Wall time of the run's decisions, summed (each event's ``finished_at - started_at``)."""
     duration_s: float = 0.0
     checks: dict[str, bool] = field(default_factory=dict)
     recovery: list[RecoveryResult] = field(default_factory=list)
@@ -65,3 +69,35 @@ class TaskResult:
         data = asdict(self)
         data["prompt_tokens_total"] = self.prompt_tokens_total
         return data
+
+
+@dataclass
+class ForcedDecision:
+    """One teacher-forced decision: the prompt a variant sends at decision ``k`` of the
+    reference run, the model's answer to it, and how it compares with the reference."""
+
+    task_id: str
+    suite: str
+    group: str
+    variant: str
+    seed: int
+    k: int
+    """1-based decision index in the reference run."""
+    expected: str
+    """The reference decision: its skill name, or its kind (``finish``)."""
+    prompt_tokens: int | None = None
+    """Size of the prompt the variant sent (first attempt, before any repair);
+    ``None`` when no model call was made."""
+    valid: bool = False
+    """The reply parsed as a decision the view allows (within the repairs allowed)."""
+    skill_ok: bool = False
+    """Valid, and the same skill/tool (or the same kind: finish) as the reference."""
+    params_ok: bool = False
+    """Right skill and the same parameters, both validated by the skill's params model."""
+    got: str | None = None
+    """What the model chose (skill name or kind), when valid."""
+    error: str | None = None
+    """Why not valid: the repair error, a context overflow, a provider error."""
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)

@@ -26,6 +26,7 @@ from typing import Any
 
 from skillstate.engine.actions import Action, CallSkill
 from skillstate.engine.history import step_records
+from skillstate.engine.policy import ModelPolicy, Policy
 from skillstate.engine.replay import Expectations, attribute
 from skillstate.engine.runtime import Runtime
 from skillstate.errors import ContextOverflow, SkillstateError
@@ -41,6 +42,7 @@ __all__ = [
     "ContextOverflow",
     "LimitedProvider",
     "OracleProvider",
+    "PolicyWrap",
     "ProviderFactory",
     "run_task",
 ]
@@ -99,19 +101,24 @@ class OracleProvider:
         from skillstate.llm.base import Usage
         from skillstate.llm.tokens import count_tokens
 
-        done = sum(
-            1
-            for e in self.store.events(self.task_id)
-            if e.actor == "policy" and e.action.get("kind") not in {None, "invalid"}
-        )
-        action = self.plan[min(done, len(self.plan) - 1)]
-        text = action.model_dump_json()
+        if schema is None:
+            # Not a decision: a baseline's own call (the summary of the summary variant).
+            text = "(oracle summary: the oracle reads its plan, not this text)"
+        else:
+            done = sum(
+                1
+                for e in self.store.events(self.task_id)
+                if e.actor == "policy" and e.action.get("kind") not in {None, "invalid"}
+            )
+            text = self.plan[min(done, len(self.plan) - 1)].model_dump_json()
         usage = Usage(count_messages(messages), count_tokens(text), estimated=True)
         return Completion(text=text, usage=usage, model="oracle")
 
 
 ProviderFactory = Callable[[TaskSpec, Variant, Environment, Store], Provider]
 """Builds the provider of one run (the oracle needs the plan and the store)."""
+PolicyWrap = Callable[[ModelPolicy, Environment], Policy[Any]]
+"""Builds the policy a run uses around the variant's own (see forced mode)."""
 
 
 def oracle_factory(spec: TaskSpec, variant: Variant, env: Environment, store: Store) -> Provider:
@@ -140,8 +147,12 @@ def _execute(
     max_repairs: int,
     max_invalid: int | None = None,
     stop_after: int | None = None,
+    wrap: PolicyWrap | None = None,
 ) -> _Run:
-    """Build the environment, run the task (optionally stopping and resuming)."""
+    """Build the environment, run the task (optionally stopping and resuming).
+
+    ``wrap`` replaces the variant's policy by one built around it (forced mode).
+    """
     # Fresh every time: a rerun into the same --out must not resume an old task.
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -157,7 +168,9 @@ def _execute(
         provider = factory(spec, variant, env, store)
         if context_window is not None:
             provider = LimitedProvider(provider, context_window)
-        agent = build_agent(spec, env, variant, variant.policy(provider, max_repairs=max_repairs))
+        own = variant.policy(provider, max_repairs=max_repairs)
+        policy: Policy[Any] = own if wrap is None else wrap(own, env)
+        agent = build_agent(spec, env, variant, policy)
         return Runtime(agent, store, max_steps=budget, max_invalid=max_invalid)
 
     try:
@@ -262,6 +275,10 @@ def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResu
     result.completion_tokens = sum(e.usage.completion for e in decisions if e.usage)
     result.model_calls = sum(e.usage.calls for e in decisions if e.usage)
     result.repairs = sum(e.usage.repairs for e in decisions if e.usage)
+    result.retries = sum(max(e.attempts - 1, 0) for e in decisions)
+    result.step_seconds = round(
+        sum((e.finished_at - e.started_at).total_seconds() for e in decisions), 6
+    )
     checks = env.check(state)
     result.checks = {c.name: c.ok for c in checks}
     failed = [c for c in checks if not c.ok]

@@ -1,15 +1,20 @@
-"""The four variants of seed 004 §4.4, and how each turns a task into an agent.
+"""The variants of seed 004 §4.4 and the context baselines, and how each builds an agent.
 
-========== ============== =======================================
-variant    context        actions
-========== ============== =======================================
-history    full history   raw tools, no skill library
-state      state view     raw tools
-skills     full history   the family's verified skill library
-skillstate state view     the family's verified skill library
-========== ============== =======================================
+========== ============================== =======================================
+variant    context                        actions
+========== ============================== =======================================
+history    full history                   raw tools, no skill library
+state      state view                     raw tools
+skills     full history                   the family's verified skill library
+skillstate state view                     the family's verified skill library
+window     last N messages of the history raw tools
+summary    model-written summary every K  raw tools
+           decisions + the messages since
+hybrid     last N messages + state view   raw tools
+========== ============================== =======================================
 
-Same model, tasks, tools and seeds; only these two axes differ. *Raw tools* means
+Same model, tasks, tools and seeds; only these two axes differ (the baselines are
+in :mod:`skillstate.eval.baselines`; N and K are set by :func:`parse_variants`). *Raw tools* means
 each tool is offered as it is: a thin ``tool_<name>`` action with the tool's own
 parameters that calls it and records its result (in ``facts[<name>]``, the full
 output as evidence), plus ``remember(key, value)`` for the model's own notes.
@@ -22,14 +27,15 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from skillstate.engine.agent import Agent
-from skillstate.engine.policy import HistoryPolicy, ModelPolicy, Policy, StatePolicy
+from skillstate.engine.policy import HistoryPolicy, ModelPolicy, Policy, StatePolicy, WindowPolicy
 from skillstate.errors import UsageError
+from skillstate.eval.baselines import HybridPolicy, SummaryPolicy
 from skillstate.eval.tasks import Environment, TaskSpec
 from skillstate.llm.base import Provider
 from skillstate.skills.registry import SkillRegistry
@@ -38,21 +44,49 @@ from skillstate.state.machine import StateMachine
 from skillstate.state.model import AgentState
 from skillstate.state.view import VALUE_CHARS
 
-__all__ = ["VARIANTS", "Variant", "build_agent", "parse_variants", "tool_skills"]
+__all__ = [
+    "BASELINES",
+    "DEFAULT_SUMMARY_EVERY",
+    "DEFAULT_WINDOW",
+    "MAIN_VARIANTS",
+    "VARIANTS",
+    "Variant",
+    "build_agent",
+    "parse_variants",
+    "tool_skills",
+]
+
+DEFAULT_WINDOW = 8
+"""Raw messages the ``window`` and ``hybrid`` baselines keep."""
+DEFAULT_SUMMARY_EVERY = 10
+"""Decisions between two summaries of the ``summary`` baseline."""
 
 RESULT_CHARS = 4000
 """How much of a raw tool result goes into the state (the rest stays in the artifact)."""
 
 
+Context = Literal["state", "history", "window", "summary", "hybrid"]
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
-    context: Literal["state", "history"]
+    context: Context
     actions: Literal["tools", "skills"]
+    window: int = DEFAULT_WINDOW
+    """Raw messages kept by the ``window`` and ``hybrid`` contexts."""
+    every: int = DEFAULT_SUMMARY_EVERY
+    """Decisions between two summaries of the ``summary`` context."""
 
     def policy(self, provider: Provider, *, max_repairs: int = 2) -> ModelPolicy:
         if self.context == "state":
             return StatePolicy(provider, max_repairs=max_repairs)
+        if self.context == "window":
+            return WindowPolicy(provider, self.window, max_repairs=max_repairs)
+        if self.context == "hybrid":
+            return HybridPolicy(provider, self.window, max_repairs=max_repairs)
+        if self.context == "summary":
+            return SummaryPolicy(provider, self.every, max_repairs=max_repairs)
         return HistoryPolicy(provider, max_repairs=max_repairs)
 
 
@@ -61,10 +95,22 @@ VARIANTS: dict[str, Variant] = {
     "state": Variant("state", "state", "tools"),
     "skills": Variant("skills", "history", "skills"),
     "skillstate": Variant("skillstate", "state", "skills"),
+    "window": Variant("window", "window", "tools"),
+    "summary": Variant("summary", "summary", "tools"),
+    "hybrid": Variant("hybrid", "hybrid", "tools"),
 }
 
 
-def parse_variants(text: str) -> list[Variant]:
+MAIN_VARIANTS: tuple[str, ...] = ("history", "state", "skills", "skillstate")
+"""The four variants of the experiment (the default of ``--variants``)."""
+BASELINES: tuple[str, ...] = ("window", "summary", "hybrid")
+"""The context baselines (:mod:`skillstate.eval.baselines`), run when asked for."""
+
+
+def parse_variants(
+    text: str, *, window: int = DEFAULT_WINDOW, every: int = DEFAULT_SUMMARY_EVERY
+) -> list[Variant]:
+    """The variants named in ``text`` (comma-separated), the baselines set to N and K."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown or not names:
@@ -72,7 +118,9 @@ def parse_variants(text: str) -> list[Variant]:
             f"unknown variant(s) {', '.join(unknown) or '(none)'}; choose from: "
             + ", ".join(VARIANTS)
         )
-    return [VARIANTS[n] for n in names]
+    if window < 1 or every < 1:
+        raise UsageError("--window and --summary-every must be >= 1")
+    return [replace(VARIANTS[n], window=window, every=every) for n in names]
 
 
 # The raw-tools agents all use this machine: work, then finish.
