@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from skillstate.store import open_store
+from skillstate.store.sqlite import _unpack
 from tests.test_cli import assert_no_traceback, head_state, log_json, run_cli, store_url
 
 
@@ -76,9 +77,14 @@ def test_doctor_reports_corruption_with_exit_5(
 ) -> None:
     """A hand-broken snapshot makes doctor exit 5 and name the version and the problem."""
     conn = sqlite3.connect(tmp_path / "state.db")
+    # The snapshot may be stored compressed (a BLOB): edit its JSON and store it back as
+    # TEXT, which the store also reads (the column's type says which form it is).
+    [(stored,)] = conn.execute("SELECT snapshot FROM versions WHERE task_id = 'L' AND version = 1")
+    snapshot = json.loads(_unpack("L", 1, stored) or "")
+    snapshot["appended"] = "many"
     conn.execute(
-        "UPDATE versions SET snapshot = json_set(snapshot, '$.appended', 'many'), "
-        f"digest = {digest} WHERE task_id = 'L' AND version = 1"
+        f"UPDATE versions SET snapshot = ?, digest = {digest} WHERE task_id = 'L' AND version = 1",
+        (json.dumps(snapshot),),
     )
     conn.commit()
     conn.close()
