@@ -153,10 +153,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Protocol
 
-POSTGRES_URL = os.environ.get(
-    "SKILLSTATE_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test"
-)
-REDIS_URL = os.environ.get("SKILLSTATE_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+# The servers (``$SKILLSTATE_BENCH_POSTGRES``, ``$SKILLSTATE_BENCH_REDIS``) and how
+# to tell one is missing are the store benchmark's.
+from store_overhead import POSTGRES_URL, REDIS_URL, probe_postgres, probe_redis
+
 Log = Callable[[str], None]
 GROW_CHUNK = 1000
 """Steps per call while growing a task (one ``run`` / ``invoke`` each)."""
@@ -599,33 +599,6 @@ def _with_query(url: str, key: str, value: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}{key}={value}"
 
 
-def _probe_postgres() -> str | None:
-    if importlib.util.find_spec("psycopg") is None:
-        return "psycopg is not installed (the postgres extra)"
-    import psycopg
-
-    try:
-        with psycopg.connect(POSTGRES_URL, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error as exc:
-        return f"{POSTGRES_URL} not reachable: {str(exc).strip().splitlines()[0]}"
-    return None
-
-
-def _probe_redis() -> str | None:
-    if importlib.util.find_spec("redis") is None:
-        return "redis is not installed (the redis extra)"
-    import redis
-
-    try:
-        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-        client.ping()
-        client.close()
-    except redis.RedisError as exc:
-        return f"{REDIS_URL} not reachable: {exc}"
-    return None
-
-
 class Place:
     """Where one of our backends keeps this run's data, and how to remove it."""
 
@@ -669,8 +642,8 @@ BACKENDS: dict[str, Callable[[], str | None]] = {
     "memory": lambda: None,
     "sqlite": lambda: None,
     "sqlite-full": lambda: None,
-    "postgres": _probe_postgres,
-    "redis": _probe_redis,
+    "postgres": probe_postgres,
+    "redis": probe_redis,
 }
 SHARED = {"sqlite", "sqlite-full", "postgres", "redis"}
 """Backends a second process can open (fresh-process resume)."""

@@ -107,6 +107,8 @@ from store_overhead import (
     Table,
     build_event,
     first_event,
+    probe_postgres,
+    probe_redis,
 )
 
 from skillstate import _json
@@ -339,36 +341,9 @@ class Backend:
     probe: Callable[[], str | None]
 
 
-def _probe_redis() -> str | None:
-    try:
-        import redis
-    except ImportError:
-        return "redis-py is not installed (the redis extra)"
-    try:
-        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-        client.ping()
-        client.close()
-    except redis.RedisError as exc:
-        return f"{REDIS_URL} not reachable: {exc}"
-    return None
-
-
-def _probe_postgres() -> str | None:
-    try:
-        import psycopg
-    except ImportError:
-        return "psycopg is not installed (the postgres extra)"
-    try:
-        with psycopg.connect(POSTGRES_URL, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error as exc:
-        return f"{POSTGRES_URL} not reachable: {str(exc).strip().splitlines()[0]}"
-    return None
-
-
 BACKENDS: dict[str, Backend] = {
-    "redis": Backend("redis", RedisPlace, Ours, BareRedis, _probe_redis),
-    "postgres": Backend("postgres", PostgresPlace, Ours, BarePostgres, _probe_postgres),
+    "redis": Backend("redis", RedisPlace, Ours, BareRedis, probe_redis),
+    "postgres": Backend("postgres", PostgresPlace, Ours, BarePostgres, probe_postgres),
 }
 
 

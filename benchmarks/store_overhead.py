@@ -582,7 +582,8 @@ class RedisTarget:
                 client.close()
 
 
-def _probe_postgres() -> str | None:
+def probe_postgres() -> str | None:
+    """Why the PostgreSQL benchmarks cannot run (no driver, no server), or ``None``."""
     if importlib.util.find_spec("psycopg") is None:
         return "psycopg is not installed (the postgres extra)"
     import psycopg
@@ -595,7 +596,8 @@ def _probe_postgres() -> str | None:
     return None
 
 
-def _probe_redis() -> str | None:
+def probe_redis() -> str | None:
+    """Why the Redis benchmarks cannot run (no driver, no server), or ``None``."""
     if importlib.util.find_spec("redis") is None:
         return "redis is not installed (the redis extra)"
     import redis
@@ -613,8 +615,8 @@ BACKENDS: dict[str, Backend] = {
     "sqlite": Backend("sqlite", "sqlite", SQLiteTarget),
     "sqlite-full": Backend("sqlite-full", "sqlite", SQLiteFullTarget),
     "files": Backend("files", "file", FilesTarget),
-    "postgres": Backend("postgres", "postgresql", PostgresTarget, _probe_postgres),
-    "redis": Backend("redis", "redis", RedisTarget, _probe_redis),
+    "postgres": Backend("postgres", "postgresql", PostgresTarget, probe_postgres),
+    "redis": Backend("redis", "redis", RedisTarget, probe_redis),
     "memory": Backend("memory", "memory", MemoryTarget, shared=False),
 }
 

@@ -143,8 +143,12 @@ def attribute(
     expected: Expectations | None = None,
     *,
     failure: str | None = None,
+    events: Sequence[Event] | None = None,
 ) -> Attribution | None:
     """The first step that went wrong, or ``None`` when none did.
+
+    ``events`` are the task's events when the caller has read them already (the
+    inspector's task page does, for its timeline): they are not read again.
 
     In order, for each decision: it logged an error or its verify failed; its state
     (once its effect settled) contradicts the expected facts for that decision; it
@@ -158,7 +162,7 @@ def attribute(
     head = store.load(task_id).version if expected.facts else 0
     decision = 0
     last: tuple[int, int] | None = None
-    for event in store.events(task_id):
+    for event in store.events(task_id) if events is None else events:
         bad = _failed(event)
         if bad and event.action.get("kind") == "budget":
             continue  # the budget stop is the run's end, not a step that went wrong

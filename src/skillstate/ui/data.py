@@ -280,12 +280,16 @@ def _top(path: object) -> str:
 
 
 def first_bad(
-    store: Store, task_id: str, expected: Expectations | None = None
+    store: Store,
+    task_id: str,
+    expected: Expectations | None = None,
+    events: Sequence[Event] | None = None,
 ) -> Attribution | None:
-    """The first bad step, as ``skillstate replay [--expect]`` names it."""
+    """The first bad step, as ``skillstate replay [--expect]`` names it (from ``events``
+    when the caller has read them already)."""
     from skillstate.engine.replay import attribute
 
-    return attribute(store, task_id, expected)
+    return attribute(store, task_id, expected, events=events)
 
 
 # ---------------------------------------------------------------- diffs and versions

@@ -109,13 +109,14 @@ def task_view(
     except StateCorrupted as exc:
         problem = masker.text(str(exc))
         head = source.store.load(task_id, verify=False)
-    rows = step_rows(source.store.events(task_id), masker)
+    events = source.store.events(task_id)
+    rows = step_rows(events, masker)
     pages = max(1, -(-len(rows) // size))
     page = pages if page is None else min(max(page, 1), pages)
     path = expect or (str(source.expect) if source.expect and source.expect.is_file() else None)
     expected = Expectations.load(path) if path else None
     try:
-        found = first_bad(source.store, task_id, expected)
+        found = first_bad(source.store, task_id, expected, events)
     except (StoreError, UsageError) as exc:
         found, problem = None, problem or masker.text(f"replay could not attribute: {exc}")
     bad_page = None
