@@ -26,7 +26,12 @@ Tools = Mapping[str, Callable[..., Any]]
 
 
 def scripted_agent(
-    spec: TaskSpec, env: Environment, actions: Sequence[Action], *, tools: Tools | None = None
+    spec: TaskSpec,
+    env: Environment,
+    actions: Sequence[Action],
+    *,
+    tools: Tools | None = None,
+    bind: bool = True,
 ) -> Agent:
     """An agent for ``spec`` that plays ``actions`` in order, then finishes.
 
@@ -47,6 +52,7 @@ def scripted_agent(
         tools={**env.tools, **(tools or {})},
         goal=spec.goal,
         constraints=spec.constraints,
+        bind_params=bind,
     )
 
 
@@ -58,6 +64,7 @@ def run_plan(
     tools: Tools | None = None,
     max_steps: int | None = None,
     store: Store | None = None,
+    bind: bool = True,
     **initial: Any,
 ) -> tuple[RunResult, Runtime]:
     """Play ``actions`` as a new task on a runtime (a fresh MemoryStore unless given).
@@ -66,7 +73,7 @@ def run_plan(
     the step budget is one step per action unless ``max_steps`` says otherwise.
     """
     runtime = Runtime(
-        scripted_agent(spec, env, actions, tools=tools),
+        scripted_agent(spec, env, actions, tools=tools, bind=bind),
         MemoryStore() if store is None else store,
         max_steps=len(actions) if max_steps is None else max_steps,
     )

@@ -172,8 +172,11 @@ class TestOpenAICompatibleServer:
             assert run["completion_tokens"] == COMPLETION_TOKENS * len(server.plans[kind])
 
     def test_recovery_runs_use_the_server_too(self, tmp_path: Path, server: PlanServer) -> None:
-        """The interrupted and resumed runs (25/50/75%) also decide through the server."""
-        data = _eval(tmp_path, server, "--variants", "skillstate")
+        """The interrupted and resumed runs (25/50/75%) also decide through the server.
+
+        (No killed run here: the fake server replays its plan by call count, and a kill
+        that lands inside a call would shift it; killed runs are in test_eval_recovery.)"""
+        data = _eval(tmp_path, server, "--variants", "skillstate", "--kills", "0")
         _assert_calls(server, 4 * len(server.plans["skills"]))
         (run,) = data["tasks"]
         assert run["success"], run["failure"]

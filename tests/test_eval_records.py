@@ -114,7 +114,12 @@ def test_a_wrong_record_order_is_caught_by_verify_and_rolled_back(tmp_path: Path
         if make_record(spec.params, i)["region"] != spec.params["forbidden_region"]
     )
     step = CallSkill(skill="process_record", params={"i": countable})
-    result, _ = run_plan(spec, env, [step], max_steps=3)
+    # The index is bound to next_record: out of order, the call is refused before it runs.
+    result, _ = run_plan(spec, env, [step], max_steps=1)
+    assert "bound to next_record (0)" in result.state.errors[0].message
+    assert (env.root / LEDGER).read_text() == ""
+    # Unbound (`eval --no-bind`), it runs: verify refuses it and rollback removes its line.
+    result, _ = run_plan(spec, env, [step], max_steps=3, bind=False)
     state = result.state
     assert isinstance(state, RecordsState)
     assert state.next_record == 0

@@ -321,7 +321,8 @@ def test_report_markdown_has_the_tables_and_failures(tmp_path: Path) -> None:
         assert heading in text
     assert "| history | 6 | 0.50 ± 0.24 |" in text
     assert "| medium | 0.50 ± 0.71 (n=2) |" in text
-    assert "| skillstate | 4 | 0.83 ± 0.24 | 0.5 ± 0.7 |" in text
+    recovery = "| skillstate | 4 | 0.83 ± 0.24 | 0 | 0 (0) | — | 0 | — | 0.00 ± 0.00 | 0.5 ± 0.7 |"
+    assert recovery in text
     assert "| t-long | long | history | 1 | context overflow | decision 4 |" in text
     assert "| t-medium | medium | history | 2 | check ledger_balanced failed | decision 2 |" in text
     assert "| t-long | long | skillstate | 2 | step budget | — |" in text

@@ -53,6 +53,8 @@ _EXPORTS: dict[str, str] = {
     "SkillTransition": "skillstate.events",
     "ToolCall": "skillstate.events",
     "Verdict": "skillstate.events",
+    "FromState": "skillstate.skills.binding",
+    "OneOf": "skillstate.skills.binding",
     "SkillRegistry": "skillstate.skills.registry",
     "NoParams": "skillstate.skills.skill",
     "Outcome": "skillstate.skills.skill",
@@ -114,6 +116,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from skillstate.events import Event, SkillTransition, ToolCall, Verdict
+    from skillstate.skills.binding import FromState, OneOf
     from skillstate.skills.registry import SkillRegistry
     from skillstate.skills.skill import (
         NoParams,
@@ -176,12 +179,14 @@ __all__ = [
     "Fail",
     "FailedAttempt",
     "Finish",
+    "FromState",
     "HeadInfo",
     "IllegalTransition",
     "InvalidStoreURL",
     "InvariantBroken",
     "MissingExtra",
     "NoParams",
+    "OneOf",
     "Outcome",
     "OutputNotDeclared",
     "Policy",

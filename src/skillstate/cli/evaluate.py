@@ -81,7 +81,10 @@ def eval_(
         ),
     ] = 3,
     recovery: Annotated[
-        bool, typer.Option(help="Also interrupt each task at 25/50/75% and resume it.")
+        bool,
+        typer.Option(
+            help="Also interrupt each task at 25/50/75% and resume it, and run it killed (--kills)."
+        ),
     ] = True,
     mode: Annotated[
         str,
@@ -108,6 +111,40 @@ def eval_(
             help="Fail this share of model calls with a timeout or rate-limit error (seeded).",
         ),
     ] = None,
+    kills: Annotated[
+        int,
+        typer.Option(
+            "--kills",
+            min=0,
+            help="Recovery: also run each task in a child process SIGKILLed this many times "
+            "at random instants, each time resumed by a new process (0: no killed runs).",
+        ),
+    ] = 3,
+    inject_bad_steps: Annotated[
+        float | None,
+        typer.Option(
+            "--inject-bad-steps",
+            min=0.0,
+            max=1.0,
+            help="Make this share of effect calls fail after their effect (seeded): "
+            "the step must be rolled back and retried.",
+        ),
+    ] = None,
+    decisions: Annotated[
+        str | None,
+        typer.Option(
+            "--decisions",
+            help="Forced mode: ask the model only at these decision indices "
+            "(e.g. 1-10,15,20,40-60; N- is open-ended); the rest follow the reference.",
+        ),
+    ] = None,
+    bind: Annotated[
+        bool,
+        typer.Option(
+            help="Fill skill params declared bound to the state (FromState, OneOf); "
+            "--no-bind leaves every param to the model, as before binding existed.",
+        ),
+    ] = True,
 ) -> None:
     """Run a task suite under the variants and write a report.
 
@@ -134,5 +171,9 @@ def eval_(
             window=window,
             summary_every=summary_every,
             inject_faults=inject_faults,
+            kills=kills,
+            bad_steps=inject_bad_steps,
+            bind=bind,
+            decisions=decisions,
         )
     )

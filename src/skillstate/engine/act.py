@@ -32,6 +32,7 @@ from skillstate.errors import (
 )
 from skillstate.events import SkillTransition, ToolCall, Verdict
 from skillstate.limits import problem
+from skillstate.skills.binding import check_bound
 from skillstate.skills.skill import Outcome, Skill, SkillContext, VerifyContext
 from skillstate.state.model import AgentState, ErrorEntry, ErrorKind, StepRecord, TaskStatus
 from skillstate.state.redact import Redactor
@@ -103,6 +104,8 @@ class Acting:
         found = problem(action.params, chars=limits.param_chars, depth=limits.depth)
         if found is not None:
             raise ActionRejected(f"params for {skill.name!r} refused: {found}")
+        if self.agent.bind_params:
+            check_bound(skill.name, skill.params, state, action.params)
         try:
             params = skill.params.model_validate(action.params)
         except ValidationError as exc:

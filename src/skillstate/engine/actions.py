@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -111,13 +111,16 @@ def decision_schema(
     *,
     can_ask: bool = True,
     can_revise: bool = False,
+    stepped: Collection[str] = (),
 ) -> dict[str, Any]:
     """The response schema of one decision, built from the state it is made in.
 
     One branch per skill whose ``when`` holds now (``params`` maps each to its
     params model), so a model cannot even name a skill that does not apply, plus
     ``ask_user`` (unless ``can_ask`` is false: nobody would answer) and ``finish``.
-    ``next_step`` is limited to the steps the machine allows from here. Each
+    ``next_step`` is limited to the steps the machine allows from here, and not
+    offered at all for the skills in ``stepped`` (those that declare the step they
+    enter: a model that spelled one out kept a summarizing skill in its old step). Each
     skill's own ``$defs`` are hoisted under a prefix so the branches can live in
     one document.
 
@@ -125,7 +128,9 @@ def decision_schema(
     them (a 128-skill agent spent milliseconds per decision rebuilding it): read
     the result, never modify it.
     """
-    return _decision_schema(tuple(params.items()), tuple(next_steps), can_ask, can_revise)
+    return _decision_schema(
+        tuple(params.items()), tuple(next_steps), can_ask, can_revise, frozenset(stepped)
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -134,6 +139,7 @@ def _decision_schema(
     next_steps: tuple[str, ...],
     can_ask: bool,
     can_revise: bool,
+    stepped: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     steps: dict[str, Any] = {"anyOf": [{"enum": list(next_steps)}, {"type": "null"}]}
     if not next_steps:
@@ -151,7 +157,7 @@ def _decision_schema(
                     "kind": {"const": "call_skill"},
                     "skill": {"const": name},
                     "params": schema,
-                    "next_step": steps,
+                    "next_step": {"type": "null"} if name in stepped else steps,
                 },
                 required=("kind", "skill", "params"),
             )
@@ -402,6 +408,7 @@ def validate_decision(
     *,
     can_ask: bool = True,
     can_revise: bool = False,
+    stepped: Collection[str] = (),
 ) -> Action:
     """A model's reply as an :data:`Action`, or ``ActionRejected`` saying what is wrong.
 
@@ -419,6 +426,10 @@ def validate_decision(
     if isinstance(action, CallSkill):
         _check_call(action, params)
     step = getattr(action, "next_step", None)
+    if step is not None and isinstance(action, CallSkill) and action.skill in stepped:
+        raise ActionRejected(
+            f"skill {action.skill!r} enters its own step: leave next_step out (null)"
+        )
     if step is not None and step not in next_steps:
         allowed = ", ".join(next_steps) or "none"
         raise ActionRejected(f"next_step {step!r} is not reachable from here; allowed: {allowed}")

@@ -20,6 +20,7 @@ from skillstate._validation import first_error
 from skillstate.engine.policy import Policy
 from skillstate.errors import AgentImportError, UsageError
 from skillstate.limits import DEFAULT_LIMITS, Limits, problem
+from skillstate.skills.binding import binding_problems
 from skillstate.skills.registry import SkillRegistry
 from skillstate.state.machine import StateMachine
 from skillstate.state.migrate import chain_problems, validate_state
@@ -91,6 +92,10 @@ class Agent(Generic[S]):
     """How much of each field's value the view shows. The default keeps the card
     compact; an agent whose state holds raw tool output (the harness's ``state``
     variant) raises it so the model can read what its last call returned."""
+    bind_params: bool = True
+    """Whether params declared :class:`~skillstate.skills.binding.FromState` or
+    :class:`~skillstate.skills.binding.OneOf` are bound (filled by the runtime, offered
+    as choices). Off, every param is the model's to decide (an ablation)."""
     can_ask: bool = True
     """Whether the policy may ask the user. Off for unattended runs (an evaluation,
     a batch job): the action is then not offered at all, so a model cannot stall
@@ -173,6 +178,7 @@ class Agent(Generic[S]):
                         f"skill {skill.name!r} declares output {output!r}, "
                         f"but {self.state_type.__name__} has no field {top!r}"
                     )
+            problems += binding_problems(skill.name, skill.params, self.state_type)
         hidden = sensitive_fields(self.state_type)
         for name in self.state_type.custom_fields():
             if name not in hidden and self.redaction.masks_name(name):
@@ -240,6 +246,7 @@ class Agent(Generic[S]):
             agent_description=self.description,
             can_ask=self.can_ask,
             value_chars=self.view_value_chars,
+            bind=self.bind_params,
         )
 
 

@@ -170,6 +170,7 @@ class ModelPolicy:
                     view.next_steps,
                     can_ask=view.can_ask,
                     can_revise=view.can_revise,
+                    stepped=view.stepped,
                 )
             except ActionRejected as exc:
                 error = str(exc)

@@ -46,6 +46,7 @@ from skillstate.errors import (
 from skillstate.events import Actor, TokenUsage, utcnow
 from skillstate.limits import problem
 from skillstate.llm.base import Prices
+from skillstate.skills.binding import fill
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus, UserInput
 from skillstate.state.view import View
 from skillstate.store.base import Store
@@ -436,6 +437,12 @@ class Runtime(Generic[S]):
         action, usage = self._accounted(decided)
         if isinstance(action, CallSkill):
             skill = self.agent.skills.get(action.skill)
+            if skill is not None and self.agent.bind_params:
+                # Params bound from the state are filled now, so the intent, the act
+                # phase and the event all carry the params the skill runs with.
+                action = action.model_copy(
+                    update={"params": fill(skill.params, state, action.params)}
+                )
             if skill is not None and skill.recheck:
                 found = stale_steps(state)
                 if found is not None:  # the world moved: the decision is moot

@@ -6,6 +6,7 @@ import json
 import platform
 import random
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from skillstate._render import console
 from skillstate.errors import UsageError
+from skillstate.eval.models import ModelSpec, model_factory
 from skillstate.eval.results import TaskResult
-from skillstate.eval.runner import ProviderFactory, oracle_factory, run_task
+from skillstate.eval.runner import ProviderFactory, run_task
 from skillstate.eval.suites import load_suite
 from skillstate.eval.tasks import GROUPS, TaskSpec
 from skillstate.eval.variants import (
@@ -50,17 +52,24 @@ def run_eval(
     window: int = DEFAULT_WINDOW,
     summary_every: int = DEFAULT_SUMMARY_EVERY,
     inject_faults: float | None = None,
+    kills: int = 0,
+    bad_steps: float | None = None,
+    bind: bool = True,
+    decisions: str | None = None,
 ) -> int:
     """Run and report; returns the exit code (0: the run completed, whatever it measured).
 
     ``mode`` is ``end-to-end`` (each variant runs the task on its own) or ``forced``
     (teacher-forced decision accuracy along the reference run, see
     :mod:`skillstate.eval.forced`). ``inject_faults`` makes that share of model
-    calls fail with a provider error (see :mod:`skillstate.eval.faults`).
+    calls fail with a provider error (see :mod:`skillstate.eval.faults`), ``bad_steps``
+    that share of effect calls after their effect (:mod:`skillstate.eval.bad_steps`);
+    ``kills`` adds a run SIGKILLed that many times to the recovery runs
+    (:mod:`skillstate.eval.interrupt`).
     """
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; choose from: {', '.join(MODES)}")
-    chosen = parse_variants(variants, window=window, every=summary_every)
+    chosen = parse_variants(variants, window=window, every=summary_every, bind=bind)
     wanted = _parse_groups(groups)
 
     def suite_for(seed: int) -> list[TaskSpec]:
@@ -71,13 +80,18 @@ def run_eval(
     per_seed = {seed: suite_for(seed) for seed in range(seeds)}
     if not any(per_seed.values()):
         raise UsageError(f"suite {suite!r} has no tasks in group(s) {groups}")
-    factory, context_window = _model(model, base_url, context_window, inject_faults)
+    factory, context_window = model_factory(model, base_url, context_window, inject_faults)
     if mode == "forced":
+        from skillstate.eval.forced import parse_decisions
+
+        ask = parse_decisions(decisions) if decisions else None
         settings = {
             "window": window,
             "summary_every": summary_every,
             "max_repairs": max_repairs,
             "context_window": context_window,
+            "bind": bind,
+            "decisions": decisions or "all",
         }
         return _run_forced(
             per_seed,
@@ -90,6 +104,7 @@ def run_eval(
             context_window=context_window,
             max_repairs=max_repairs,
             settings=settings,
+            ask=ask,
         )
     out_dir = Path(out)
     work = out_dir / "runs"
@@ -118,6 +133,9 @@ def run_eval(
                             max_repairs=max_repairs,
                             max_invalid=max_invalid,
                             recovery=recovery,
+                            kills=kills,
+                            model=ModelSpec(model, base_url, inject_faults),
+                            bad_steps=bad_steps,
                         )
                     )
                     progress.advance(bar)
@@ -150,30 +168,6 @@ def run_eval(
         )
     console.print(f"report: {paths.markdown} (json, plots beside it)")
     return 0
-
-
-def _model(
-    model: str, base_url: str | None, context_window: int | None, inject_faults: float | None
-) -> tuple[ProviderFactory, int | None]:
-    """The provider factory ``model`` names, and the context window to enforce."""
-    factory: ProviderFactory = oracle_factory
-    if model != "oracle":
-        from skillstate.llm import open_provider
-
-        provider = open_provider(model, base_url=base_url)
-        if context_window is None:
-            # The model's own window (counted with our tokenizer: an approximation).
-            context_window = getattr(provider, "n_ctx", None)
-
-        def shared(*_: object) -> object:
-            return provider
-
-        factory = shared  # type: ignore[assignment]
-    if inject_faults:
-        from skillstate.eval.faults import faulty_factory
-
-        factory = faulty_factory(factory, inject_faults)
-    return factory, context_window
 
 
 def _parse_groups(text: str | None) -> set[str] | None:
@@ -215,6 +209,7 @@ def _run_forced(
     context_window: int | None,
     max_repairs: int,
     settings: dict[str, Any],
+    ask: Callable[[int], bool] | None = None,
 ) -> int:
     """Teacher-force every task of every seed under every variant, and report."""
     from skillstate.eval.forced import ForcedRun, run_forced_task
@@ -240,6 +235,7 @@ def _run_forced(
                             workdir=out / "runs",
                             context_window=context_window,
                             max_repairs=max_repairs,
+                            ask=ask,
                         )
                     )
                     progress.advance(bar)

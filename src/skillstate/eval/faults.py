@@ -59,8 +59,9 @@ class FaultyProvider:
         return self.inner.complete(messages, schema=schema, max_tokens=max_tokens)
 
 
-def faulty_factory(inner: ProviderFactory, rate: float) -> ProviderFactory:
-    """``inner`` with every provider it builds wrapped in a :class:`FaultyProvider`."""
+def faulty_factory(inner: ProviderFactory, rate: float, *, salt: str = "") -> ProviderFactory:
+    """``inner`` with every provider it builds wrapped in a :class:`FaultyProvider`
+    (``salt`` varies the draws, e.g. per resumed process)."""
     if not 0.0 <= rate <= 1.0:
         raise UsageError(f"--inject-faults takes a rate between 0 and 1, not {rate}")
     built: dict[str, int] = {}
@@ -68,7 +69,7 @@ def faulty_factory(inner: ProviderFactory, rate: float) -> ProviderFactory:
     def factory(spec: TaskSpec, variant: Variant, env: Environment, store: Store) -> Provider:
         key = f"{spec.id}:{variant.name}"
         built[key] = built.get(key, 0) + 1
-        rng = random.Random(f"{rate}:{key}:{built[key]}")
+        rng = random.Random(f"{rate}:{key}:{built[key]}{salt}")
         return FaultyProvider(inner(spec, variant, env, store), rate, rng)
 
     return factory

@@ -16,7 +16,7 @@ and the run goes on to ``k + 1``. Aggregation is in :mod:`skillstate.eval.forced
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from skillstate.engine.actions import Action, CallSkill, Finish
 from skillstate.engine.policy import ModelPolicy
-from skillstate.errors import DecisionFailed, SkillstateError
+from skillstate.errors import DecisionFailed, SkillstateError, UsageError
 from skillstate.eval.results import ForcedDecision
 from skillstate.eval.runner import (
     PolicyWrap,
@@ -39,7 +39,39 @@ from skillstate.eval.variants import Variant
 from skillstate.llm.base import Completion, Message, Provider, count_messages
 from skillstate.state.view import View
 
-__all__ = ["ForcedRun", "ForcingPolicy", "Verdict", "run_forced_task", "score"]
+__all__ = [
+    "ForcedRun",
+    "ForcingPolicy",
+    "Verdict",
+    "parse_decisions",
+    "run_forced_task",
+    "score",
+]
+
+
+def parse_decisions(text: str) -> Callable[[int], bool]:
+    """``--decisions 1-10,15,20,40-60,80-``: which decision indices the model is asked at.
+
+    Sizing a run to the hardware: a history prompt near the end of its window costs
+    a small CPU model a minute, so a run can sample ``k`` instead of asking at every
+    one. Ranges are inclusive; ``N-`` is open-ended.
+    """
+    spans: list[tuple[int, int | None]] = []
+    for part in (p.strip() for p in text.split(",")):
+        low, dash, high = part.partition("-")
+        try:
+            start = int(low)
+            end = (int(high) if high else None) if dash else start
+        except ValueError:
+            raise UsageError(f"--decisions: {part!r} is not N, N-M or N-") from None
+        if start < 1 or (end is not None and end < start):
+            raise UsageError(f"--decisions: {part!r} is not a range of decisions from 1")
+        spans.append((start, end))
+
+    def ask(k: int) -> bool:
+        return any(start <= k and (end is None or k <= end) for start, end in spans)
+
+    return ask
 
 
 class _Recorder:
@@ -100,7 +132,14 @@ class ForcingPolicy:
     """Asks the variant's policy for decision ``k``, scores it, then plays the reference's."""
 
     def __init__(
-        self, inner: ModelPolicy, plan: Sequence[Action], *, spec: TaskSpec, variant: str, seed: int
+        self,
+        inner: ModelPolicy,
+        plan: Sequence[Action],
+        *,
+        spec: TaskSpec,
+        variant: str,
+        seed: int,
+        ask: Callable[[int], bool] | None = None,
     ) -> None:
         self.inner = inner
         self.plan = list(plan)
@@ -108,11 +147,16 @@ class ForcingPolicy:
         inner.provider = self.recorder  # every call of the inner policy goes through it
         self.decisions: list[ForcedDecision] = []
         self._spec, self._variant, self._seed = spec, variant, seed
+        self._ask = ask
+        self._k = 0
 
     def decide(self, view: View[Any]) -> Action:
-        k = len(self.decisions) + 1
+        self._k += 1
+        k = self._k
         # Past the plan (never in a reference run that succeeds): finish.
         reference = self.plan[k - 1] if k <= len(self.plan) else Finish(summary="plan exhausted")
+        if self._ask is not None and not self._ask(k):
+            return reference  # not a sampled decision: the reference goes on, unasked
         self.recorder.sizes.clear()
         record = ForcedDecision(
             task_id=self._spec.id,
@@ -175,19 +219,22 @@ def run_forced_task(
     workdir: Path | None = None,
     context_window: int | None = None,
     max_repairs: int = 2,
+    ask: Callable[[int], bool] | None = None,
 ) -> ForcedRun:
     """Teacher-force the model of ``factory`` along the reference run of ``spec``.
 
     ``factory`` builds the model under test exactly as in end-to-end mode (the default,
     the oracle, answers from the reference: every score is then 1.0). A prompt over
     ``context_window`` is scored invalid (``ContextOverflow``) and the run goes on.
+    ``ask`` samples the decisions: the model is asked at decision ``k`` only when
+    ``ask(k)`` (``--decisions``); the others follow the reference without a call.
     """
     base = Path(workdir or tempfile.mkdtemp(prefix="skillstate-forced-"))
     forcing: list[ForcingPolicy] = []
 
     def wrap(policy: ModelPolicy, env: Environment) -> ForcingPolicy:
         plan = env.plan_skills if variant.actions == "skills" else env.plan_tools
-        made = ForcingPolicy(policy, plan, spec=spec, variant=variant.name, seed=seed)
+        made = ForcingPolicy(policy, plan, spec=spec, variant=variant.name, seed=seed, ask=ask)
         forcing.append(made)
         return made
 

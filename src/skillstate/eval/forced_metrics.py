@@ -33,6 +33,7 @@ from skillstate.eval.results import ForcedDecision
 __all__ = [
     "ACCURACIES",
     "EARLY_K",
+    "WINDOWS",
     "AccuracySummary",
     "LengthPoint",
     "Rate",
@@ -50,6 +51,9 @@ ACCURACIES: tuple[Accuracy, ...] = ("valid", "skill", "exact")
 EARLY_K = 5
 """Decisions ``k <= EARLY_K`` give the early accuracy the drop index is measured against."""
 Z_95 = 1.959963984540054
+WINDOWS: tuple[tuple[int, int], ...] = ((1, 10), (11, 39), (40, 60))
+"""Decision windows pooled in the summary: early, middle, late (a task of the long
+group reaches 40-60; the stability target compares the first and the last)."""
 LENGTH_BASE = 512
 """Prompt-length bins are [0, 512), [512, 1024), [1024, 2048)... tokens."""
 
@@ -95,6 +99,8 @@ class AccuracySummary(TypedDict):
     early: dict[str, Rate]
     """Pooled over the decisions with ``k <= EARLY_K``."""
     drop_k: dict[str, int | None]
+    windows: dict[str, dict[str, Rate]]
+    """Pooled over the decisions of each of :data:`WINDOWS` (``"1-10"``, ``"40-60"``)."""
     by_step: list[StepPoint]
     by_length: list[LengthPoint]
 
@@ -217,6 +223,10 @@ def _summary(decisions: Sequence[ForcedDecision]) -> AccuracySummary:
         overall=_rates(decisions),
         early=_rates(early),
         drop_k=drops,
+        windows={
+            f"{low}-{high}": _rates([d for d in decisions if low <= d.k <= high])
+            for low, high in WINDOWS
+        },
         by_step=steps,
         by_length=accuracy_by_length(decisions),
     )

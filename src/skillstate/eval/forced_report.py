@@ -20,22 +20,22 @@ from skillstate.errors import MissingExtra
 from skillstate.eval.forced import ForcedRun
 from skillstate.eval.forced_metrics import (
     EARLY_K,
+    WINDOWS,
     AccuracySummary,
     LengthPoint,
     Rate,
     StepPoint,
     summarize_forced,
 )
+from skillstate.eval.markdown import _code, _table
 from skillstate.eval.report import (
     _FIGSIZE,
     _MISSING_PLOTS,
     _RC,
     _SCRIPTED,
-    _code,
     _color,
     _machine_text,
     _save,
-    _table,
 )
 from skillstate.state.redact import RedactionPolicy
 
@@ -108,6 +108,13 @@ def write_forced_report(
     return ForcedReportPaths(json_path, md_path, by_step, by_length)
 
 
+def _points(early: Rate, late: Rate) -> str:
+    """``late - early`` in percentage points, or a dash when either has no decision."""
+    if early["rate"] is None or late["rate"] is None:
+        return "—"
+    return f"{(late['rate'] - early['rate']) * 100:+.1f}"
+
+
 def _rate(rate: Rate) -> str:
     if rate["rate"] is None or rate["low"] is None or rate["high"] is None:
         return "—"
@@ -177,6 +184,19 @@ def _markdown(
         ],
     )
     lines += ["Drop k is given as valid / skill / exact (— : no drop).", ""]
+    lines += ["## Exact accuracy by window of decisions", ""]
+    names = [f"{low}-{high}" for low, high in WINDOWS]
+    lines += _table(
+        ["Variant", *(f"k {n}" for n in names), "Late − early (points)"],
+        [
+            [
+                name,
+                *(_rate(item["windows"][n]["exact"]) for n in names),
+                _points(item["windows"][names[0]]["exact"], item["windows"][names[-1]]["exact"]),
+            ]
+            for name, item in summary.items()
+        ],
+    )
     lines += ["## Exact accuracy by decision index", ""]
     longest = max((p["k"] for item in summary.values() for p in item["by_step"]), default=0)
     columns = [k for k in STEP_COLUMNS if k <= longest]

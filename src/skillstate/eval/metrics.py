@@ -38,20 +38,31 @@ Per-seed definitions (``runs`` are one seed's runs of one variant):
     ``started_at``/``finished_at``), per decision: the seed's totals over its
     runs divided by the decisions those runs made.
 ``recovery_rate``
-    of the interrupted-and-resumed runs (``TaskResult.recovery``) whose
-    uninterrupted run of the same task and seed succeeded, the fraction that
-    still succeeded. Resumed runs of a task the variant fails anyway are left
-    out: they say nothing about recovery. A resumed run that succeeded but
-    repeated an effect still counts as recovered here; the repetition is
-    counted separately in ``duplicated_effects``.
+    of the runs stopped cleanly at 25/50/75% and resumed (``TaskResult.recovery``,
+    kind ``stop``) whose uninterrupted run of the same task and seed succeeded,
+    the fraction that still succeeded. Resumed runs of a task the variant fails
+    anyway are left out: they say nothing about recovery. A resumed run that
+    succeeded but repeated an effect still counts as recovered here; the
+    repetition is counted separately in ``duplicated_effects``.
+``kill_recovery_rate``
+    the same for the runs whose process was SIGKILLed at random instants
+    (kind ``kill``, :mod:`skillstate.eval.interrupt`).
+``rollback_recovery_rate``
+    of the runs with at least one failed attempt (``TaskResult.bad_steps``: a
+    tool error, an injected bad step, a verify that refused), the fraction that
+    still succeeded: the task recovered through rollback and retry.
+``faults_per_run``
+    provider errors (timeouts, 429s) a run met and was resumed from, per run.
 ``duplicated_effects``
     effects found more than once after a resume, summed over every resumed run
     of the seed (whatever the uninterrupted outcome: a duplicated ledger line is
     a fault either way).
 
 Counts that are not per-seed statistics: ``runs`` (results summarised),
-``seeds`` (distinct seeds among them) and ``recovery_runs`` (resumed runs in the
-``recovery_rate`` denominator, all seeds together).
+``seeds`` (distinct seeds among them), ``recovery_runs``, ``kill_runs`` and
+``rollback_runs`` (the denominators of the three recovery rates, all seeds
+together) and ``kills`` / ``kills_in_flight`` (SIGKILLs that landed, and those
+that landed with an effect in flight).
 """
 
 from __future__ import annotations
@@ -103,6 +114,10 @@ class MetricSet(TypedDict):
     runs: int
     seeds: int
     recovery_runs: int
+    kill_runs: int
+    rollback_runs: int
+    kills: int
+    kills_in_flight: int
     success_rate: Stat
     step_completion: Stat
     intermediate_validity: Stat
@@ -115,6 +130,9 @@ class MetricSet(TypedDict):
     retries_per_step_mean: Stat
     time_per_step_mean: Stat
     recovery_rate: Stat
+    kill_recovery_rate: Stat
+    rollback_recovery_rate: Stat
+    faults_per_run: Stat
     duplicated_effects: Stat
 
 
@@ -137,6 +155,9 @@ STAT_METRICS: tuple[str, ...] = (
     "retries_per_step_mean",
     "time_per_step_mean",
     "recovery_rate",
+    "kill_recovery_rate",
+    "rollback_recovery_rate",
+    "faults_per_run",
     "duplicated_effects",
 )
 """The keys of :class:`MetricSet` that hold a :class:`Stat`, in report order."""
@@ -252,12 +273,34 @@ def _time_per_step(runs: Sequence[TaskResult]) -> float | None:
     return _per_step(runs, lambda run: run.step_seconds)
 
 
-def _recovery_attempts(runs: Sequence[TaskResult]) -> list[bool]:
-    return [resumed.success for run in runs if run.success for resumed in run.recovery]
+def _recovery_attempts(runs: Sequence[TaskResult], kind: str = "stop") -> list[bool]:
+    return [
+        resumed.success
+        for run in runs
+        if run.success
+        for resumed in run.recovery
+        if resumed.kind == kind
+    ]
 
 
 def _recovery_rate(runs: Sequence[TaskResult]) -> float | None:
     return _mean(1.0 if ok else 0.0 for ok in _recovery_attempts(runs))
+
+
+def _kill_recovery_rate(runs: Sequence[TaskResult]) -> float | None:
+    return _mean(1.0 if ok else 0.0 for ok in _recovery_attempts(runs, "kill"))
+
+
+def _with_bad_steps(runs: Sequence[TaskResult]) -> list[TaskResult]:
+    return [run for run in runs if run.bad_steps > 0]
+
+
+def _rollback_recovery_rate(runs: Sequence[TaskResult]) -> float | None:
+    return _mean(1.0 if run.success else 0.0 for run in _with_bad_steps(runs))
+
+
+def _faults_per_run(runs: Sequence[TaskResult]) -> float | None:
+    return _mean(run.faults for run in runs)
 
 
 def _duplicated_effects(runs: Sequence[TaskResult]) -> float | None:
@@ -282,6 +325,10 @@ def _metric_set(runs: Sequence[TaskResult]) -> MetricSet:
         runs=len(runs),
         seeds=len(per_seed),
         recovery_runs=len(_recovery_attempts(runs)),
+        kill_runs=len(_recovery_attempts(runs, "kill")),
+        rollback_runs=len(_with_bad_steps(runs)),
+        kills=sum(r.kills for run in runs for r in run.recovery),
+        kills_in_flight=sum(r.in_flight for run in runs for r in run.recovery),
         success_rate=stat(_success_rate),
         step_completion=stat(_step_completion),
         intermediate_validity=stat(_intermediate_validity),
@@ -294,6 +341,9 @@ def _metric_set(runs: Sequence[TaskResult]) -> MetricSet:
         retries_per_step_mean=stat(_retries_per_step),
         time_per_step_mean=stat(_time_per_step),
         recovery_rate=stat(_recovery_rate),
+        kill_recovery_rate=stat(_kill_recovery_rate),
+        rollback_recovery_rate=stat(_rollback_recovery_rate),
+        faults_per_run=stat(_faults_per_run),
         duplicated_effects=stat(_duplicated_effects),
     )
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from skillstate.errors import MissingExtra
+from skillstate.eval.markdown import _code, _fmt, _table
 from skillstate.eval.metrics import (
     MetricSet,
     Stat,
@@ -34,6 +35,7 @@ from skillstate.eval.metrics import (
     summarize,
     tokens_by_step,
 )
+from skillstate.eval.report_recovery import recovery_section
 from skillstate.eval.results import TaskResult
 from skillstate.state.redact import RedactionPolicy
 
@@ -215,31 +217,6 @@ def _first_bad(run: TaskResult) -> str:
     return f"decision {run.first_bad_step}{reason}"
 
 
-def _cell(text: object) -> str:
-    """Text made safe for a Markdown table cell (no pipes, no line breaks)."""
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def _code(text: str) -> str:
-    fence = "``" if "`" in text else "`"
-    pad = " " if fence == "``" else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _fmt(stat: Stat, digits: int) -> str:
-    """``mean ± std`` with ``digits`` decimals, or a dash when no seed had a value."""
-    mean, std = stat["mean"], stat["std"]
-    if mean is None or std is None:
-        return "—"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in rows]
-    return [*lines, ""]
-
-
 def _machine_text(machine: str | Mapping[str, Any]) -> str:
     if isinstance(machine, str):
         return machine
@@ -362,29 +339,7 @@ def _markdown(
     )
     lines += _by_step_table(tokens_by_step(results))
 
-    lines += ["## Recovery", ""]
-    if not any(run.recovery for run in results):
-        lines += ["No interrupted runs in these results.", ""]
-    else:
-        lines += [
-            "Recovery rate: of the interrupted-and-resumed runs whose uninterrupted run "
-            "(same task, same seed) succeeded, the fraction that still succeeded. "
-            "Duplicated effects (e.g. a ledger line written twice) are counted separately, "
-            "per seed, over every resumed run.",
-            "",
-        ]
-        lines += _table(
-            ["Variant", "Resumed runs counted", "Recovery rate", "Duplicated effects"],
-            [
-                [
-                    name,
-                    str(item["recovery_runs"]),
-                    _fmt(item["recovery_rate"], 2),
-                    _fmt(item["duplicated_effects"], 1),
-                ]
-                for name, item in summary.items()
-            ],
-        )
+    lines += recovery_section(results, summary)
 
     failures = [run for run in _sorted_runs(results) if not run.success]
     lines += ["## Failures", ""]

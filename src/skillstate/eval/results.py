@@ -10,13 +10,22 @@ __all__ = ["ForcedDecision", "RecoveryResult", "TaskResult"]
 
 @dataclass
 class RecoveryResult:
-    """A run interrupted at ``at`` (a fraction of the reference plan) and resumed."""
+    """A run interrupted and resumed: stopped cleanly at ``at`` (a fraction of the
+    reference plan), or its process SIGKILLed at random instants (``kind="kill"``)."""
 
-    at: float
-    """0.25, 0.5 or 0.75."""
+    at: float | None
+    """0.25, 0.5 or 0.75 for a clean stop; ``None`` for a killed run."""
     success: bool
     duplicated_effects: int = 0
     """Effects (e.g. ledger lines) found more than once after the resume."""
+    kind: str = "stop"
+    """``stop`` (a clean stop after a number of decisions) or ``kill`` (SIGKILL)."""
+    kills: int = 0
+    """Kills that landed (the process was still running when it was killed)."""
+    in_flight: int = 0
+    """Kills that landed with an effect in flight (its intent recorded, no outcome)."""
+    resumes: int = 0
+    """Processes that resumed the task after a kill or a provider error."""
 
 
 @dataclass
@@ -57,6 +66,11 @@ class TaskResult:
     """Skill attempts beyond the first, summed over the run's decisions (``attempts - 1``)."""
     step_seconds: float = 0.0
     """Wall time of the run's decisions, summed (each event's ``finished_at - started_at``)."""
+    bad_steps: int = 0
+    """Decisions with a failed attempt (a tool error, an injected bad step, a verify
+    that refused), whether or not a retry then passed: what rollback recovers from."""
+    faults: int = 0
+    """Provider errors (timeouts, rate limits) the run met and was resumed from."""
     duration_s: float = 0.0
     checks: dict[str, bool] = field(default_factory=dict)
     recovery: list[RecoveryResult] = field(default_factory=list)

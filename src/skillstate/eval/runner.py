@@ -22,21 +22,26 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skillstate.engine.actions import Action, CallSkill
 from skillstate.engine.history import step_records
 from skillstate.engine.policy import ModelPolicy, Policy
 from skillstate.engine.replay import Expectations, attribute
 from skillstate.engine.runtime import Runtime
-from skillstate.errors import ContextOverflow, SkillstateError
+from skillstate.errors import ContextOverflow, ProviderError, SkillstateError
+from skillstate.eval.bad_steps import inject_bad_steps
 from skillstate.eval.families import build_environment
 from skillstate.eval.results import RecoveryResult, TaskResult
 from skillstate.eval.tasks import Environment, TaskSpec
 from skillstate.eval.variants import Variant, build_agent
+from skillstate.events import Event
 from skillstate.llm.base import Completion, Message, Provider, count_messages
 from skillstate.store.base import Store
 from skillstate.store.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from skillstate.eval.models import ModelSpec
 
 __all__ = [
     "ContextOverflow",
@@ -48,6 +53,8 @@ __all__ = [
 ]
 
 RECOVERY_POINTS = (0.25, 0.5, 0.75)
+FAULTS_IN_A_ROW = 5
+"""Provider errors in a row, with no progress between them, after which a run fails."""
 TASK_ID = "task"
 EXPECTED = "expected.json"
 
@@ -79,8 +86,9 @@ class LimitedProvider:
 class OracleProvider:
     """A "model" that follows the task's reference plan.
 
-    Its position in the plan is read from the store (decisions committed so far),
-    so a resumed run goes on where the interrupted one stopped. Its replies go
+    Its position in the plan is read from the store (decisions committed so far that
+    did not fail), so a resumed run goes on where the interrupted one stopped and a
+    step that failed is tried again. Its replies go
     through the real policies: the prompts are built and counted as they would be
     sent, which is what makes its token figures real.
     """
@@ -105,10 +113,14 @@ class OracleProvider:
             # Not a decision: a baseline's own call (the summary of the summary variant).
             text = "(oracle summary: the oracle reads its plan, not this text)"
         else:
+            # A decision that failed (a skill refused after its retries) is decided
+            # again, as a model that saw the error would: only what went through counts.
             done = sum(
                 1
                 for e in self.store.events(self.task_id)
-                if e.actor == "policy" and e.action.get("kind") not in {None, "invalid"}
+                if e.actor == "policy"
+                and e.action.get("kind") not in {None, "invalid"}
+                and e.error is None
             )
             text = self.plan[min(done, len(self.plan) - 1)].model_dump_json()
         usage = Usage(count_messages(messages), count_tokens(text), estimated=True)
@@ -133,7 +145,53 @@ class _Run:
     root: Path
     failure: str | None = None
     stopped: str = ""
+    faults: int = 0
+    """Provider errors the run met and was resumed from."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def make_runtime(
+    spec: TaskSpec,
+    variant: Variant,
+    env: Environment,
+    store: Store,
+    factory: ProviderFactory,
+    *,
+    budget: int,
+    context_window: int | None,
+    max_repairs: int,
+    max_invalid: int | None = None,
+    wrap: PolicyWrap | None = None,
+    worker: str | None = None,
+) -> Runtime[Any]:
+    """The runtime of one run of ``spec`` under ``variant``: a fresh provider and policy."""
+    provider = factory(spec, variant, env, store)
+    if context_window is not None:
+        provider = LimitedProvider(provider, context_window)
+    own = variant.policy(provider, max_repairs=max_repairs)
+    policy: Policy[Any] = own if wrap is None else wrap(own, env)
+    agent = build_agent(spec, env, variant, policy)
+    return Runtime(agent, store, max_steps=budget, max_invalid=max_invalid, worker=worker)
+
+
+def failure_of(stopped: str, state: Any, max_invalid: int | None) -> str | None:
+    """Why a run that stopped this way failed (``None``: it completed)."""
+    if stopped == "max_steps":
+        return "step budget"
+    if stopped == "budget":
+        return f"stopped: {max_invalid} invalid decisions in a row"
+    if stopped == "waiting_user":
+        return "asked the user (no user in the evaluation)"
+    if stopped == "stalled":
+        return str(state.errors[-1].message)  # the stall guard's reason
+    if stopped == "failed":
+        return "the policy gave up"
+    return None
+
+
+def decisions_made(store: Store) -> int:
+    """Decisions the task has taken so far (what its step budget counts)."""
+    return sum(1 for e in store.events(TASK_ID) if e.actor == "policy")
 
 
 def _execute(
@@ -148,15 +206,22 @@ def _execute(
     max_invalid: int | None = None,
     stop_after: int | None = None,
     wrap: PolicyWrap | None = None,
+    bad_steps: float | None = None,
 ) -> _Run:
     """Build the environment, run the task (optionally stopping and resuming).
 
     ``wrap`` replaces the variant's policy by one built around it (forced mode).
+    A provider error (a timeout, a 429) is an interruption, as it is for a worker:
+    the task is resumed from the store by a new runtime, up to
+    :data:`FAULTS_IN_A_ROW` times without progress. ``bad_steps`` makes that share
+    of effect calls fail after their effect (:func:`inject_bad_steps`).
     """
     # Fresh every time: a rerun into the same --out must not resume an old task.
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     env = build_environment(spec, root / "env")
+    if bad_steps:
+        env = inject_bad_steps(env, bad_steps, f"{spec.id}:{variant.name}:{seed}")
     store = SQLiteStore(root / "state.db")
     run = _Run(env=env, store=store, root=root)
     # Beside the store, so `skillstate replay --expect` attributes as the report did.
@@ -165,32 +230,49 @@ def _execute(
     )
 
     def runtime(budget: int) -> Runtime[Any]:
-        provider = factory(spec, variant, env, store)
-        if context_window is not None:
-            provider = LimitedProvider(provider, context_window)
-        own = variant.policy(provider, max_repairs=max_repairs)
-        policy: Policy[Any] = own if wrap is None else wrap(own, env)
-        agent = build_agent(spec, env, variant, policy)
-        return Runtime(agent, store, max_steps=budget, max_invalid=max_invalid)
+        return make_runtime(
+            spec,
+            variant,
+            env,
+            store,
+            factory,
+            budget=max(budget, 1),
+            context_window=context_window,
+            max_repairs=max_repairs,
+            max_invalid=max_invalid,
+            wrap=wrap,
+        )
 
+    budget = stop_after or spec.max_steps
+    in_a_row, last = 0, -1
     try:
-        first = runtime(stop_after or spec.max_steps)
-        first.start(TASK_ID, **dict(env.initial))
-        result = first.run(TASK_ID)
-        if stop_after is not None and result.stopped == "max_steps":
-            # The interruption: a new runtime, policy and provider resume from the store.
-            result = runtime(spec.max_steps).run(TASK_ID)
+        rt = runtime(budget)
+        rt.start(TASK_ID, **dict(env.initial))
+        while True:
+            try:
+                result = rt.run(TASK_ID)
+            except ContextOverflow:
+                raise
+            except ProviderError:
+                run.faults += 1
+                version = store.load(TASK_ID).version
+                in_a_row = in_a_row + 1 if version == last else 1
+                last = version
+                if in_a_row > FAULTS_IN_A_ROW:
+                    raise
+            else:
+                if not (stop_after and budget == stop_after and result.stopped == "max_steps"):
+                    break
+                budget = spec.max_steps  # the interruption is over: resume to the end
+            left = budget - decisions_made(store)
+            if left < 1:
+                run.stopped, run.failure = "max_steps", "step budget"
+                return run
+            # A new runtime, policy and provider resume from the store, as after a
+            # crash (or as a worker does after a provider error's backoff).
+            rt = runtime(left)
         run.stopped = result.stopped
-        if result.stopped == "max_steps":
-            run.failure = "step budget"
-        elif result.stopped == "budget":
-            run.failure = f"stopped: {max_invalid} invalid decisions in a row"
-        elif result.stopped == "waiting_user":
-            run.failure = "asked the user (no user in the evaluation)"
-        elif result.stopped == "stalled":
-            run.failure = result.state.errors[-1].message  # the stall guard's reason
-        elif result.stopped == "failed":
-            run.failure = "the policy gave up"
+        run.failure = failure_of(result.stopped, result.state, max_invalid)
     except ContextOverflow as exc:
         run.failure = f"context overflow: {exc}"
     except SkillstateError as exc:
@@ -209,8 +291,19 @@ def run_task(
     max_repairs: int = 2,
     max_invalid: int | None = 3,
     recovery: bool = True,
+    kills: int = 0,
+    model: ModelSpec | None = None,
+    bad_steps: float | None = None,
 ) -> TaskResult:
-    """Run ``spec`` under ``variant`` and measure it (plus recovery runs)."""
+    """Run ``spec`` under ``variant`` and measure it (plus recovery runs).
+
+    Recovery runs (of a task the run succeeded at): stopped cleanly at 25/50/75% of
+    the plan and resumed, and, with ``kills``, one run whose process is SIGKILLed
+    that many times at random instants (:mod:`skillstate.eval.interrupt`; its child
+    processes rebuild the model from ``model``, the oracle by default).
+    ``bad_steps`` injects effects that fail after they happened
+    (:mod:`skillstate.eval.bad_steps`), in every run of the task.
+    """
     base = Path(workdir or tempfile.mkdtemp(prefix="skillstate-eval-"))
     where = base / f"{spec.id}-{variant.name}-{seed}"
     started = time.perf_counter()
@@ -223,6 +316,7 @@ def run_task(
         context_window=context_window,
         max_repairs=max_repairs,
         max_invalid=max_invalid,
+        bad_steps=bad_steps,
     )
     result = _measure(spec, variant, seed, run)
     if recovery and result.success:
@@ -239,14 +333,39 @@ def run_task(
                 max_repairs=max_repairs,
                 max_invalid=max_invalid,
                 stop_after=stop,
+                bad_steps=bad_steps,
             )
             measured = _measure(spec, variant, seed, again)
-            duplicated = sum(1 for name, ok in measured.checks.items() if not ok and "once" in name)
-            result.recovery.append(RecoveryResult(point, measured.success, duplicated))
+            result.recovery.append(RecoveryResult(point, measured.success, _duplicated(measured)))
             again.store.close()
+    if recovery and result.success and kills:
+        from skillstate.eval.interrupt import run_killed
+        from skillstate.eval.models import ModelSpec
+
+        killed, report = run_killed(
+            spec,
+            variant,
+            seed=seed,
+            root=where / "killed",
+            model=model or ModelSpec(),
+            context_window=context_window,
+            max_repairs=max_repairs,
+            max_invalid=max_invalid,
+            kills=kills,
+            bad_steps=bad_steps,
+        )
+        measured = _measure(spec, variant, seed, killed)
+        report.success, report.duplicated_effects = measured.success, _duplicated(measured)
+        result.recovery.append(report)
+        killed.store.close()
     run.store.close()
     result.duration_s = round(time.perf_counter() - started, 3)
     return result
+
+
+def _duplicated(result: TaskResult) -> int:
+    """Failed exactly-once checks (a ledger line written twice, say)."""
+    return sum(1 for name, ok in result.checks.items() if not ok and "once" in name)
 
 
 def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResult:
@@ -275,10 +394,15 @@ def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResu
     result.completion_tokens = sum(e.usage.completion for e in decisions if e.usage)
     result.model_calls = sum(e.usage.calls for e in decisions if e.usage)
     result.repairs = sum(e.usage.repairs for e in decisions if e.usage)
-    result.retries = sum(max(e.attempts - 1, 0) for e in decisions)
+    # An effect's attempts are in the runtime's event that settles it (the decision's
+    # own event is the intent): count every attempted skill step, whoever recorded it.
+    attempted = [e for e in events if e.actor in {"policy", "runtime"} and e.attempts > 0]
+    result.retries = sum(e.attempts - 1 for e in attempted)
     result.step_seconds = round(
         sum((e.finished_at - e.started_at).total_seconds() for e in decisions), 6
     )
+    result.bad_steps = sum(1 for e in attempted if _had_a_failed_attempt(e))
+    result.faults = run.faults
     checks = env.check(state)
     result.checks = {c.name: c.ok for c in checks}
     failed = [c for c in checks if not c.ok]
@@ -298,6 +422,14 @@ def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResu
         f"--expect {run.root / EXPECTED}"
     )
     return result
+
+
+def _had_a_failed_attempt(event: Event) -> bool:
+    """A skill ran and some attempt of it failed (retried or not)."""
+    if event.skill is None or event.attempts < 1:
+        return False  # refused before it ran: nothing to roll back
+    refused = event.verdict is not None and not event.verdict.ok
+    return event.attempts > 1 or refused or event.error is not None
 
 
 def expectations(env: Environment, variant: Variant) -> Expectations:

@@ -111,8 +111,14 @@ class Environment:
 
 
 class Family(Protocol):
-    """A kind of task: builds the environment of a spec in a fresh directory."""
+    """A kind of task: builds the environment of a spec in a fresh directory.
+
+    ``fresh=False`` reopens an environment an earlier process built in ``root``
+    (same tools, plans and checks; no file rewritten): what a run resumed after a
+    SIGKILL needs. A family whose ``build`` takes no ``fresh`` still runs every
+    other mode; killed recovery runs refuse it.
+    """
 
     name: str
 
-    def build(self, spec: TaskSpec, root: Path) -> Environment: ...
+    def build(self, spec: TaskSpec, root: Path, *, fresh: bool = True) -> Environment: ...

@@ -77,6 +77,9 @@ class Variant:
     """Raw messages kept by the ``window`` and ``hybrid`` contexts."""
     every: int = DEFAULT_SUMMARY_EVERY
     """Decisions between two summaries of the ``summary`` context."""
+    bind: bool = True
+    """Skill params declared bound to the state are filled by the runtime
+    (:mod:`skillstate.skills.binding`); ``False`` leaves them to the model (``--no-bind``)."""
 
     def policy(self, provider: Provider, *, max_repairs: int = 2) -> ModelPolicy:
         if self.context == "state":
@@ -108,9 +111,14 @@ BASELINES: tuple[str, ...] = ("window", "summary", "hybrid")
 
 
 def parse_variants(
-    text: str, *, window: int = DEFAULT_WINDOW, every: int = DEFAULT_SUMMARY_EVERY
+    text: str,
+    *,
+    window: int = DEFAULT_WINDOW,
+    every: int = DEFAULT_SUMMARY_EVERY,
+    bind: bool = True,
 ) -> list[Variant]:
-    """The variants named in ``text`` (comma-separated), the baselines set to N and K."""
+    """The variants named in ``text`` (comma-separated), the baselines set to N and K,
+    params bound from the state unless ``bind`` is false."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in VARIANTS]
     if unknown or not names:
@@ -120,7 +128,7 @@ def parse_variants(
         )
     if window < 1 or every < 1:
         raise UsageError("--window and --summary-every must be >= 1")
-    return [replace(VARIANTS[n], window=window, every=every) for n in names]
+    return [replace(VARIANTS[n], window=window, every=every, bind=bind) for n in names]
 
 
 # The raw-tools agents all use this machine: work, then finish.
@@ -239,4 +247,5 @@ def build_agent(
         constraints=spec.constraints,
         can_ask=False,  # nobody answers during an evaluation
         view_value_chars=value_chars,
+        bind_params=variant.bind,
     )

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from skillstate.llm.tokens import count_tokens, tokenizer_name
+from skillstate.skills.binding import BoundParams, FromState, OneOf, bindings, decided
 from skillstate.state.model import AgentState, FailedAttempt, StepRecord
 from skillstate.state.secrets import MASK, sensitive_fields
 
@@ -65,6 +66,9 @@ class View(Generic[S_co]):
     """The params model of each skill in :attr:`skills`."""
     can_ask: bool = True
     """Whether ``ask_user`` is offered (an unattended run has nobody to answer)."""
+    stepped: frozenset[str] = frozenset()
+    """Skills in :attr:`skills` whose own declared step is bound: a decision that calls
+    one gives no ``next_step`` (see :mod:`skillstate.skills.binding`)."""
     transcript: Callable[[], list[Message]] | None = field(default=None, compare=False)
     """The task's conversation so far, as a history-driven agent would hold it (every
     user message, decision and full tool output). Set by the runtime; rebuilt from
@@ -150,7 +154,11 @@ class View(Generic[S_co]):
         from skillstate.engine.actions import decision_schema
 
         return decision_schema(
-            self.params, self.next_steps, can_ask=self.can_ask, can_revise=self.can_revise
+            self.params,
+            self.next_steps,
+            can_ask=self.can_ask,
+            can_revise=self.can_revise,
+            stepped=self.stepped,
         )
 
 
@@ -164,9 +172,11 @@ def render_view(
     agent_description: str = "",
     can_ask: bool = True,
     value_chars: int = VALUE_CHARS,
+    bind: bool = True,
 ) -> View[S]:
     """The :class:`View` of ``state``; its text is rendered (trimmed to ``budget``
-    tokens if given) when first read."""
+    tokens if given) when first read. With ``bind``, params bound from the state
+    (:mod:`skillstate.skills.binding`) leave the decision and show their value."""
     # A finished task has nothing left to call; a skill applies when its `when` holds
     # and the machine allows entering its step from here (else calling it could
     # only be refused as an illegal transition).
@@ -174,15 +184,21 @@ def render_view(
     if machine is not None:
         current = state.current_step
         applicable = [s for s in applicable if s.step is None or machine.can(current, s.step)]
+    decisions: dict[str, BoundParams] = {}
+    for s in applicable:
+        found = decided(s.params, state) if bind else BoundParams(s.params, {})
+        if found is not None:  # else a bound param has nothing to bind: it cannot apply
+            decisions[s.name] = found
+    applicable = [s for s in applicable if s.name in decisions]
     next_steps = tuple(sorted(machine.allowed(state.current_step))) if machine else ()
 
     def render(limit: int | None) -> tuple[str, int | None, tuple[str, ...]]:
-        return _trimmed(state, applicable, next_steps, limit, value_chars)
+        return _trimmed(
+            state, applicable, decisions, next_steps, budget=limit, value_chars=value_chars
+        )
 
     def catalog() -> tuple[tuple[str, str], ...]:
-        return tuple(
-            (f"{s.name}({', '.join(s.params.model_fields)})", s.description) for s in skills
-        )
+        return tuple((f"{s.name}({_signature(s, bind)})", s.description) for s in skills)
 
     return View(
         state=state,
@@ -190,7 +206,8 @@ def render_view(
         next_steps=next_steps,
         agent_name=agent_name,
         agent_description=agent_description,
-        params={s.name: s.params for s in applicable},
+        params={name: d.model for name, d in decisions.items()},
+        stepped=frozenset(s.name for s in applicable if bind and s.step is not None),
         can_ask=can_ask,
         budget=budget,
         render=render,
@@ -198,10 +215,40 @@ def render_view(
     )
 
 
+def _signature(skill: Skill[Any, Any], bind: bool) -> str:
+    """The params a decision gives, as the system prompt lists them (bound ones left out)."""
+    bound = bindings(skill.params) if bind else {}
+    return ", ".join(
+        n for n in skill.params.model_fields if not isinstance(bound.get(n), FromState)
+    )
+
+
+def _call_line(skill: Skill[Any, Any], decision: BoundParams) -> str:
+    """``- name(params): description``, bound values shown as ``i=3 (from next_record)``."""
+    marks = bindings(skill.params) if decision.values else {}
+    shown = [
+        f"{n}={json.dumps(decision.values[n], ensure_ascii=False)} "
+        f"(from {marks[n].describe() if isinstance(marks[n], FromState) else 'the only choice'})"
+        if n in decision.values
+        else n
+        for n in skill.params.model_fields
+    ]
+    choices = [
+        f"{n} one of {list(getattr(f.annotation, '__args__', ()))}"
+        for n, f in decision.model.model_fields.items()
+        if isinstance(bindings(skill.params).get(n), OneOf)
+    ]
+    params = ", ".join(shown) or "no params"
+    extra = f" [{'; '.join(choices)}]" if choices else ""
+    return f"- {skill.name}({params}): {skill.description}{extra}"
+
+
 def _trimmed(
     state: AgentState,
     applicable: Sequence[Skill[Any, Any]],
+    decisions: Mapping[str, BoundParams],
     next_steps: tuple[str, ...],
+    *,
     budget: int | None,
     value_chars: int,
 ) -> tuple[str, int | None, tuple[str, ...]]:
@@ -214,6 +261,7 @@ def _trimmed(
         return _render(
             state,
             applicable,
+            decisions,
             next_steps=next_steps,
             evidence=evidence,
             tried=tried,
@@ -238,6 +286,7 @@ def _trimmed(
 def _render(
     state: AgentState,
     applicable: Sequence[Skill[Any, Any]],
+    decisions: Mapping[str, BoundParams],
     *,
     next_steps: Sequence[str],
     evidence: Sequence[Any],
@@ -274,9 +323,7 @@ def _render(
         lines.append("Already tried without progress: " + "; ".join(_tried(t) for t in tried))
     if applicable:
         lines.append("Skills you can call now:")
-        for s in applicable:
-            params = ", ".join(s.params.model_fields) or "no params"
-            lines.append(f"- {s.name}({params}): {s.description}")
+        lines += [_call_line(s, decisions[s.name]) for s in applicable]
     if state.question:
         lines.append(f"Open question: {state.question}")
     for reply in state.inputs:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from pathlib import Path
 
 from skillstate.engine.actions import CallSkill
@@ -50,14 +51,24 @@ def get_family(name: str) -> Family:
     return family
 
 
-def build_environment(spec: TaskSpec, root: Path) -> Environment:
-    """Build ``spec``'s environment in ``root``, limited to the tools and skills it lists.
+def build_environment(spec: TaskSpec, root: Path, *, fresh: bool = True) -> Environment:
+    """Build ``spec``'s environment in ``root``, limited to the tools and skills it lists
+    (``fresh=False``: reopen the one built there before, see :class:`Family`).
 
     A task that names a tool or skill its family lacks, or whose reference plan
     needs one it does not allow, is refused: the suite file is wrong, and running
     it would only measure that.
     """
-    env = get_family(spec.family).build(spec, root)
+    family = get_family(spec.family)
+    if fresh:
+        env = family.build(spec, root)
+    elif "fresh" in inspect.signature(family.build).parameters:
+        env = family.build(spec, root, fresh=False)
+    else:
+        raise UsageError(
+            f"task family {spec.family!r} cannot reopen an environment (its build takes "
+            "no fresh=): killed recovery runs need it"
+        )
     offered, skills = env.offered_tools, env.skills
     if spec.tools:
         unknown = set(spec.tools) - set(env.tools)

@@ -733,10 +733,11 @@ class FixSyntaxFamily:
 
     name = "fix_syntax"
 
-    def build(self, spec: TaskSpec, root: Path) -> Environment:
+    def build(self, spec: TaskSpec, root: Path, *, fresh: bool = True) -> Environment:
         params = dict(spec.params)
         task = _Task(params, root)
-        task.write_files()
+        if fresh:
+            task.write_files()
         plan, facts = _skills_plan(params)
         return Environment(
             root=root,

@@ -748,9 +748,10 @@ class OrdersFamily:
 
     name = "orders"
 
-    def build(self, spec: TaskSpec, root: Path) -> Environment:
+    def build(self, spec: TaskSpec, root: Path, *, fresh: bool = True) -> Environment:
         task = _Task(_checked(spec), root)
-        task.write_files()
+        if fresh:
+            task.write_files()
         skills_plan, tools_plan, facts = _plans(task)
         return Environment(
             root=root,

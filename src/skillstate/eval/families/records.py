@@ -32,13 +32,14 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from skillstate.engine.actions import Action, CallSkill, Finish
 from skillstate.eval.tasks import CheckResult, Environment, TaskSpec, group_of
 from skillstate.events import Verdict
+from skillstate.skills.binding import FromState
 from skillstate.skills.registry import SkillRegistry
 from skillstate.skills.skill import NoParams, Outcome, SkillContext
 from skillstate.state.machine import StateMachine
@@ -502,15 +503,17 @@ class _Task:
             problems.append(f"skipped is {state.skipped}, should be {want.skipped}")
         return Verdict.failed("; ".join(problems[:3])) if problems else Verdict.passed()
 
-    def undo_append(self, state: RecordsState, outcome: Outcome | None) -> None:
-        """Undo only what a failed step may have added: lines for its own record beyond
-        what the committed card accounts for (none if the record was not processed
-        yet, one if it was). Lines anyone else wrote stay, for verify and the final
-        checks to report."""
+    def undo_append(self, state: RecordsState, outcome: Outcome | None, i: int | None) -> None:
+        """Undo only what a failed step may have added: lines for its own record ``i``
+        beyond what the committed card accounts for (none if the record was not
+        processed yet, one if it was). Lines anyone else wrote stay, for verify and
+        the final checks to report. ``i`` comes from the params the step ran with:
+        an attempt that raised after its append has no outcome to read it from."""
         value = outcome.value if outcome is not None else None
-        if not isinstance(value, dict) or not isinstance(value.get("i"), int):
-            return  # run failed before it built an outcome: nothing was appended
-        i: int = value["i"]
+        if isinstance(value, dict) and isinstance(value.get("i"), int):
+            i = value["i"]
+        if i is None:
+            return
         allowed = 1 if i < state.next_record and i not in state.skipped else 0
         kept: list[str] = []
         for line in self.ledger():
@@ -542,12 +545,15 @@ def _skill_library(task: _Task) -> SkillRegistry:
     skills = SkillRegistry()
     n = task.n
 
-    # The index is bounded by this task's size, so the decision schema (and a
-    # grammar-constrained model) can only name a record that exists.
+    # The index is the state's next_record: bound, so the model only decides whether
+    # to process the next record, not which one (a small model repeated an index
+    # verify refuses). Unbound (`eval --no-bind`) it is still bounded by this task's
+    # size, so a grammar-constrained model can only name a record that exists.
+    index: Any = Annotated[int, FromState("next_record")]
     params = create_model(
         "RecordParams",
         __config__=ConfigDict(extra="forbid"),
-        i=(int, Field(ge=0, le=n - 1, description="The record to process: next_record.")),
+        i=(index, Field(ge=0, le=n - 1, description="The record to process: next_record.")),
     )
 
     @skills.skill(
@@ -578,7 +584,10 @@ def _skill_library(task: _Task) -> SkillRegistry:
         return task.record_outcome(state, params.i, ctx.call("get_record", i=params.i), ctx)
 
     process_record.verifier(task.verify_processed)
-    process_record.rollbacker(lambda state, outcome, ctx: task.undo_append(state, outcome))
+
+    @process_record.rollbacker
+    def _undo(state: RecordsState, outcome: Outcome | None, ctx: SkillContext) -> None:
+        task.undo_append(state, outcome, getattr(ctx.params, "i", None))
 
     @skills.skill(
         step="summarizing",
@@ -640,9 +649,10 @@ class RecordsFamily:
         """What a generator suite (``generator: records``) calls for each task."""
         return make_spec(task_id, seed=seed, n=n, suite=suite)
 
-    def build(self, spec: TaskSpec, root: Path) -> Environment:
+    def build(self, spec: TaskSpec, root: Path, *, fresh: bool = True) -> Environment:
         task = _Task(dict(spec.params), root)
-        task.write_files()
+        if fresh:
+            task.write_files()
         plan, facts = _skills_plan(task)
         return Environment(
             root=root,

@@ -86,9 +86,10 @@ class TicketFamily:
 
     name = "ticket"
 
-    def build(self, spec: TaskSpec, root: Path) -> Environment:
+    def build(self, spec: TaskSpec, root: Path, *, fresh: bool = True) -> Environment:
         task = TicketTask(checked_params(spec), root)
-        task.write_files()
+        if fresh:
+            task.write_files()
         skills_plan, tools_plan, facts = plans(task)
         return Environment(
             root=root,
