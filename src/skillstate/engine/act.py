@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from skillstate._json import get_path
 from skillstate._validation import first_error
+from skillstate.engine import trace
 from skillstate.engine.actions import Action, AskUser, CallSkill, Finish, Revise
 from skillstate.engine.agent import Agent, PerTask
 from skillstate.engine.draft import Draft, decision, reject
@@ -197,6 +198,24 @@ class Acting:
         probe: bool,
     ) -> Attempt:
         """Run (or probe) and verify once."""
+        tracer = trace.current()
+        attributes = {"skillstate.skill": skill.name, "skillstate.attempt": ctx.attempt}
+        with tracer.span("skillstate.skill.run", attributes) as span:
+            attempt = self._attempt(skill, state, params, ctx, probe=probe)
+            if attempt.failure is not None:
+                span.fail(f"{attempt.failure[0]}: {attempt.failure[1]}")
+                tracer.record("skillstate.failures", 1, {"skillstate.error": attempt.failure[0]})
+            return attempt
+
+    def _attempt(
+        self,
+        skill: Skill[Any, Any],
+        state: AgentState,
+        params: BaseModel,
+        ctx: SkillContext,
+        *,
+        probe: bool,
+    ) -> Attempt:
         try:
             found = skill.probe(state, params, ctx) if probe else None
             ctx.found_by_probe = found is not None
@@ -232,7 +251,9 @@ class Acting:
             context = VerifyContext(
                 before=state, params=params, attempt=ctx.attempt, key=ctx.idempotency_key
             )
-            verdict = skill.verify(candidate, outcome, context)
+            with trace.current().span("skillstate.skill.verify") as span:
+                verdict = skill.verify(candidate, outcome, context)
+                span.set("skillstate.verdict", "passed" if verdict.ok else "failed")
         except Exception as exc:
             return Attempt(
                 outcome,

@@ -9,10 +9,13 @@ atomic compare-and-set.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from skillstate._json import dumps
+from skillstate.engine import trace
 from skillstate.engine.agent import Agent
 from skillstate.engine.draft import Draft
 from skillstate.errors import StateCorrupted, StateError
@@ -122,7 +125,16 @@ class Committer:
             started_at=started or utcnow(),
         )
         event = redactor.event(event, patch_clean=checked)
-        self.store.commit(final.task_id, expected, stored, event, fence=self._fence(final.task_id))
+        tracer = trace.current()
+        with tracer.span("skillstate.commit", {"skillstate.version": final.version}) as span:
+            begun = time.perf_counter()
+            self.store.commit(
+                final.task_id, expected, stored, event, fence=self._fence(final.task_id)
+            )
+            if tracer.enabled:
+                # The event's patch is the redacted one the store keeps: no secret in it.
+                span.event("skillstate.state.diff", {"skillstate.patch": dumps(event.patch)})
+                tracer.record("skillstate.commit.duration", time.perf_counter() - begun)
         self._raw[final.task_id] = document
         self._heads[final.task_id] = (final, document)
         if self.observer is not None and before is not None:

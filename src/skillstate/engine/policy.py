@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from skillstate.engine import trace
 from skillstate.engine.actions import Action, reply_budget, validate_decision
 from skillstate.errors import ActionRejected, DecisionFailed, UsageError
 from skillstate.llm.base import Message, Provider, Usage
@@ -160,8 +161,13 @@ class ModelPolicy:
         usage = Usage()
         started = time.perf_counter()
         error = "no reply"
+        tracer = trace.current()
         for attempt in range(self.max_repairs + 1):
-            completion = self.provider.complete(messages, schema=schema, max_tokens=budget)
+            model = self.provider.name
+            with tracer.span(f"chat {model}", {"gen_ai.operation.name": "chat"}) as span:
+                completion = self.provider.complete(messages, schema=schema, max_tokens=budget)
+                if tracer.enabled:
+                    trace.traced_call(span, model, budget, completion)
             usage = usage + completion.usage
             try:
                 action = validate_decision(

@@ -35,6 +35,7 @@ from skillstate.engine.policy import Decided
 from skillstate.engine.results import RunResult, StepReport, StopReason
 from skillstate.engine.settle import Settling
 from skillstate.engine.stale import stale_steps
+from skillstate.engine.trace import NOOP, Tracer, traced_step, using
 from skillstate.engine.transcript import conversation
 from skillstate.errors import (
     Conflict,
@@ -95,6 +96,7 @@ class Runtime(Generic[S]):
         max_repeats: int | None = 3,
         on_stall: OnStall = "fail",
         lease: bool = True,
+        tracer: Tracer = NOOP,
     ) -> None:
         if max_steps < 1 or max_retries < 0:
             raise UsageError("max_steps must be >= 1 and max_retries >= 0")
@@ -102,6 +104,9 @@ class Runtime(Generic[S]):
             raise UsageError("max_invalid must be >= 1")
         self.agent = agent
         self.store = store
+        self.tracer = tracer
+        """Spans and metrics of every run and step (:mod:`skillstate.engine.trace`;
+        ``OTelTracer`` for OpenTelemetry). Off by default."""
         self.max_steps = max_steps
         self.max_retries = max_retries
         self.lease = lease
@@ -183,6 +188,23 @@ class Runtime(Generic[S]):
         queue = list(inputs)
         for text in queue:  # all of them, before anything is written
             self._check_reply(text)
+        with (
+            using(self.tracer),
+            self.tracer.span("skillstate.run", {"skillstate.task.id": task_id}) as span,
+        ):
+            result = self._run(task_id, queue, inputs_from, budget, stop)
+            span.set("skillstate.run.stopped", result.stopped)
+            span.set("skillstate.run.steps", result.steps)
+            return result
+
+    def _run(
+        self,
+        task_id: str,
+        queue: list[str],
+        inputs_from: int,
+        budget: int,
+        stop: Callable[[], bool] | None,
+    ) -> RunResult[S]:
         with self._holding(task_id):
             try:
                 self.store.load(task_id)
@@ -200,7 +222,7 @@ class Runtime(Generic[S]):
 
         Unfinished work comes first: a queued compensation, or an effect in flight.
         """
-        with self._holding(task_id):
+        with using(self.tracer), self._holding(task_id):
             state = self.load(task_id)
             if state.compensations:
                 return self._settling.compensate(state)
@@ -426,12 +448,22 @@ class Runtime(Generic[S]):
         task_id = state.task_id
         if state.status.is_terminal or state.status is TaskStatus.WAITING_USER:
             raise UsageError(f"task {task_id!r} cannot step (status: {state.status.value})")
+        attributes = {"skillstate.task.id": task_id, "skillstate.version": state.version}
+        with self.tracer.span("skillstate.step", attributes) as span:
+            report = self._phases(state)
+            if self.tracer.enabled:
+                traced_step(span, report.event)
+            return report
+
+    def _phases(self, state: AgentState) -> StepReport[Any]:
+        """decide, act, settle, commit: one step of ``state``."""
         # decide
         view = self._view(state)
         started = utcnow()
         step_id = f"{state.version + 1:04d}"
         try:
-            decided = self.agent.policy.decide(view)
+            with self.tracer.span("skillstate.decide", {"skillstate.step.id": step_id}):
+                decided = self.agent.policy.decide(view)
         except DecisionFailed as exc:
             return self._invalid_decision(state, exc, step_id, view=view, started=started)
         action, usage = self._accounted(decided)

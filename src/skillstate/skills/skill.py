@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, get
 
 from pydantic import BaseModel, ConfigDict
 
+from skillstate.engine import trace
 from skillstate.errors import ToolNotAllowed, UsageError
 from skillstate.events import ToolCall, Verdict
 from skillstate.state import fingerprint as fingerprints
@@ -167,6 +168,13 @@ class SkillContext:
         fn = self._tools.get(tool)
         if fn is None:
             raise ToolNotAllowed(self.skill, tool, self._tools)
+        with trace.current().span("skillstate.tool", {"skillstate.tool": tool}) as span:
+            result = self._call(tool, fn, errors, args)
+            if isinstance(result, ToolError):
+                span.fail(str(result))
+            return result
+
+    def _call(self, tool: str, fn: Tool, errors: ErrorMode, args: dict[str, Any]) -> Any:
         started = time.perf_counter()
         try:
             result = fn(**args)
