@@ -134,3 +134,15 @@ def test_workers_quick_run(tmp_path: Path) -> None:
     text = markdown.read_text(encoding="utf-8")
     assert "| 1 worker process |" in text
     assert "engine per step" in text
+
+
+def test_async_concurrency_quick_run(tmp_path: Path) -> None:
+    """The async benchmark's smoke run: every task completes and the table is written
+    (its ratio is a measurement printed by the full run, not asserted here)."""
+    markdown = tmp_path / "async.md"
+    script = ROOT / "benchmarks" / "async_concurrency.py"
+    result = run_benchmark("--quick", "--markdown", str(markdown), script=script)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = markdown.read_text(encoding="utf-8")
+    assert "| 20 tasks at once, one loop |" in text
+    assert "concurrency ratio" in result.stdout

@@ -59,8 +59,8 @@ _EXPORTS: dict[str, str] = {
     "NoParams": "skillstate.skills.skill",
     "Outcome": "skillstate.skills.skill",
     "Skill": "skillstate.skills.skill",
-    "SkillContext": "skillstate.skills.skill",
-    "ToolError": "skillstate.skills.skill",
+    "SkillContext": "skillstate.skills.context",
+    "ToolError": "skillstate.skills.context",
     "VerifyContext": "skillstate.skills.skill",
     "StateMachine": "skillstate.state.machine",
     "Sensitive": "skillstate.state.secrets",
@@ -117,15 +117,9 @@ if TYPE_CHECKING:
     )
     from skillstate.events import Event, SkillTransition, ToolCall, Verdict
     from skillstate.skills.binding import FromState, OneOf
+    from skillstate.skills.context import SkillContext, ToolError
     from skillstate.skills.registry import SkillRegistry
-    from skillstate.skills.skill import (
-        NoParams,
-        Outcome,
-        Skill,
-        SkillContext,
-        ToolError,
-        VerifyContext,
-    )
+    from skillstate.skills.skill import NoParams, Outcome, Skill, VerifyContext
     from skillstate.state.machine import StateMachine
     from skillstate.state.migrate import migration
     from skillstate.state.model import (

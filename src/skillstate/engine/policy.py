@@ -17,15 +17,16 @@ measures the context strategy and nothing else.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from skillstate.engine import trace
 from skillstate.engine.actions import Action, reply_budget, validate_decision
 from skillstate.errors import ActionRejected, DecisionFailed, UsageError
-from skillstate.llm.base import Message, Provider, Usage
+from skillstate.llm.base import Completion, Message, Provider, Usage, acomplete
 from skillstate.llm.tokens import preload
 from skillstate.state.model import AgentState
 from skillstate.state.view import View
@@ -55,6 +56,14 @@ class Decided:
     """Replies that were invalid and sent back with the error."""
     model: str = ""
     duration_ms: float = 0.0
+
+
+class Call(NamedTuple):
+    """One model call the repair loop asks for (see :meth:`ModelPolicy.calls`)."""
+
+    messages: list[Message]
+    schema: dict[str, Any]
+    max_tokens: int
 
 
 S = TypeVar("S", bound=AgentState)
@@ -154,6 +163,32 @@ class ModelPolicy:
         raise NotImplementedError
 
     def decide(self, view: View[Any]) -> Decided:
+        calls = self.calls(view)
+        request = next(calls)
+        while True:
+            try:
+                request = calls.send(self._complete(request))
+            except StopIteration as done:
+                decided: Decided = done.value
+                return decided
+
+    async def adecide(self, view: View[Any]) -> Decided:
+        """:meth:`decide` with the model call awaited (``provider.acomplete`` when the
+        provider has one, else its ``complete`` in a thread): the same repair loop."""
+        calls = self.calls(view)
+        # Building the messages may read the event log (a history policy): off the loop.
+        request = await asyncio.to_thread(next, calls)
+        while True:
+            try:
+                request = calls.send(await self._acomplete(request))
+            except StopIteration as done:
+                decided: Decided = done.value
+                return decided
+
+    def calls(self, view: View[Any]) -> Generator[Call, Completion, Decided]:
+        """The repair loop: yields each model call to make, is sent its completion, and
+        returns the decision (or raises :class:`DecisionFailed`). Shared by
+        :meth:`decide` and :meth:`adecide`, which only differ in how they call."""
         messages = self.messages(view)
         schema = view.action_schema
         # Enough for the longest reply the schema allows, unless set by hand.
@@ -161,13 +196,8 @@ class ModelPolicy:
         usage = Usage()
         started = time.perf_counter()
         error = "no reply"
-        tracer = trace.current()
         for attempt in range(self.max_repairs + 1):
-            model = self.provider.name
-            with tracer.span(f"chat {model}", {"gen_ai.operation.name": "chat"}) as span:
-                completion = self.provider.complete(messages, schema=schema, max_tokens=budget)
-                if tracer.enabled:
-                    trace.traced_call(span, model, budget, completion)
+            completion = yield Call(messages, schema, budget)
             usage = usage + completion.usage
             try:
                 action = validate_decision(
@@ -205,6 +235,28 @@ class ModelPolicy:
             calls=calls,
             repairs=self.max_repairs,
         )
+
+    def _complete(self, call: Call) -> Completion:
+        tracer = trace.current()
+        model = self.provider.name
+        with tracer.span(f"chat {model}", {"gen_ai.operation.name": "chat"}) as span:
+            completion = self.provider.complete(
+                call.messages, schema=call.schema, max_tokens=call.max_tokens
+            )
+            if tracer.enabled:
+                trace.traced_call(span, model, call.max_tokens, completion)
+            return completion
+
+    async def _acomplete(self, call: Call) -> Completion:
+        tracer = trace.current()
+        model = self.provider.name
+        with tracer.span(f"chat {model}", {"gen_ai.operation.name": "chat"}) as span:
+            completion = await acomplete(
+                self.provider, call.messages, schema=call.schema, max_tokens=call.max_tokens
+            )
+            if tracer.enabled:
+                trace.traced_call(span, model, call.max_tokens, completion)
+            return completion
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.provider.name!r})"

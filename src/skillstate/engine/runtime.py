@@ -16,11 +16,11 @@ compensations first, then an effect in flight.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from skillstate.engine.act import Acting
 from skillstate.engine.actions import Action, CallSkill
@@ -182,29 +182,53 @@ class Runtime(Generic[S]):
         ``stop`` is asked before every decision; ``True`` ends the run there, as a
         spent ``max_steps`` does (a worker shutting down finishes the step it is in).
         """
+        steps = self.loop(
+            task_id, inputs=inputs, max_steps=max_steps, inputs_from=inputs_from, stop=stop
+        )
+        with (
+            using(self.tracer),
+            self.tracer.span("skillstate.run", {"skillstate.task.id": task_id}) as span,
+        ):
+            result: RunResult[S] = drive(steps, self._step)
+            span.set("skillstate.run.stopped", result.stopped)
+            span.set("skillstate.run.steps", result.steps)
+            return result
+
+    def loop(
+        self,
+        task_id: str,
+        *,
+        inputs: Sequence[str] = (),
+        max_steps: int | None = None,
+        inputs_from: int = 0,
+        stop: Callable[[], bool] | None = None,
+    ) -> Steps[RunResult[Any]]:
+        """:meth:`run`'s arguments checked (before anything is written), and its loop
+        (:meth:`steps`) ready to be driven."""
         budget = max_steps if max_steps is not None else self.max_steps
         if inputs_from < 0:
             raise UsageError("inputs_from must be >= 0")
         queue = list(inputs)
         for text in queue:  # all of them, before anything is written
             self._check_reply(text)
-        with (
-            using(self.tracer),
-            self.tracer.span("skillstate.run", {"skillstate.task.id": task_id}) as span,
-        ):
-            result = self._run(task_id, queue, inputs_from, budget, stop)
-            span.set("skillstate.run.stopped", result.stopped)
-            span.set("skillstate.run.steps", result.steps)
-            return result
+        return self.steps(task_id, queue, inputs_from, budget, stop)
 
-    def _run(
+    def steps(
         self,
         task_id: str,
-        queue: list[str],
+        queue: Sequence[str],
         inputs_from: int,
         budget: int,
-        stop: Callable[[], bool] | None,
-    ) -> RunResult[S]:
+        stop: Callable[[], bool] | None = None,
+    ) -> Steps[RunResult[Any]]:
+        """The run loop of :meth:`run` as a generator: it yields each state a decision is
+        to be taken in, is sent the step's report, and returns the :class:`RunResult`.
+
+        Everything between two decisions (leases, loads, settling effects, replies,
+        budgets) happens inside it; how the step itself is taken is the driver's: this
+        class steps synchronously (:func:`drive`), :class:`~skillstate.engine.aruntime.AsyncRuntime`
+        awaits the model. One loop, two drivers.
+        """
         with self._holding(task_id):
             try:
                 self.store.load(task_id)
@@ -215,20 +239,29 @@ class Runtime(Generic[S]):
             if resumed:
                 self.recheck(task_id)
             holder = self._holders.get(task_id)
-            return self._loop(task_id, (queue, inputs_from), budget, holder, stop)
+            replies = (list(queue), inputs_from)
+            return (yield from self._loop(task_id, replies, budget, holder, stop))
 
     def step(self, task_id: str) -> StepReport[S]:
         """Take exactly one decision on a running task and commit it.
 
         Unfinished work comes first: a queued compensation, or an effect in flight.
         """
-        with using(self.tracer), self._holding(task_id):
+        with using(self.tracer):
+            report: StepReport[S] = drive(self.one_step(task_id), self._step)
+            return report
+
+    def one_step(self, task_id: str) -> Steps[StepReport[Any]]:
+        """:meth:`step` as a generator: it yields the state if a decision is to be taken
+        (and is sent its report); unfinished work is done inside it."""
+        with self._holding(task_id):
             state = self.load(task_id)
             if state.compensations:
                 return self._settling.compensate(state)
             if state.pending_effect is not None:
                 return self._settling.settle_effect(state, resumed=True)
-            return self._step(state)
+            report: StepReport[Any] = yield state
+            return report
 
     def reply(self, task_id: str, text: str) -> S:
         """Answer the open question of a ``waiting_user`` task; it becomes ``running``.
@@ -375,7 +408,7 @@ class Runtime(Generic[S]):
         budget: int,
         holder: Holder | None,
         stop: Callable[[], bool] | None = None,
-    ) -> RunResult[Any]:
+    ) -> Steps[RunResult[Any]]:
         queue, first = replies
         steps = invalid = 0
         while True:
@@ -403,7 +436,7 @@ class Runtime(Generic[S]):
             spent = self._over_budget(state)
             if spent is not None:
                 return RunResult(self._stop_for_budget(state, spent), "budget", steps)
-            report = self._step(state)  # decide from the state just loaded: one read per step
+            report = yield state  # decide from the state just loaded: one read per step
             steps += 1
             if report.stalled:
                 return RunResult(report.after, "stalled", steps)
@@ -445,10 +478,7 @@ class Runtime(Generic[S]):
     # ------------------------------------------------------------------ one step
 
     def _step(self, state: AgentState) -> StepReport[Any]:
-        task_id = state.task_id
-        if state.status.is_terminal or state.status is TaskStatus.WAITING_USER:
-            raise UsageError(f"task {task_id!r} cannot step (status: {state.status.value})")
-        attributes = {"skillstate.task.id": task_id, "skillstate.version": state.version}
+        attributes = {"skillstate.task.id": state.task_id, "skillstate.version": state.version}
         with self.tracer.span("skillstate.step", attributes) as span:
             report = self._phases(state)
             if self.tracer.enabled:
@@ -457,15 +487,28 @@ class Runtime(Generic[S]):
 
     def _phases(self, state: AgentState) -> StepReport[Any]:
         """decide, act, settle, commit: one step of ``state``."""
-        # decide
-        view = self._view(state)
-        started = utcnow()
-        step_id = f"{state.version + 1:04d}"
+        begun = self.begin(state)
         try:
-            with self.tracer.span("skillstate.decide", {"skillstate.step.id": step_id}):
-                decided = self.agent.policy.decide(view)
+            with self.tracer.span("skillstate.decide", {"skillstate.step.id": begun.step_id}):
+                decided: Action | Decided | DecisionFailed = self.agent.policy.decide(begun.view)
         except DecisionFailed as exc:
-            return self._invalid_decision(state, exc, step_id, view=view, started=started)
+            decided = exc
+        return self.conclude(state, begun, decided)
+
+    def begin(self, state: AgentState) -> Begun:
+        """The start of a step of ``state``: its view, id and start time (no I/O)."""
+        task_id = state.task_id
+        if state.status.is_terminal or state.status is TaskStatus.WAITING_USER:
+            raise UsageError(f"task {task_id!r} cannot step (status: {state.status.value})")
+        return Begun(self._view(state), f"{state.version + 1:04d}", utcnow())
+
+    def conclude(
+        self, state: AgentState, begun: Begun, decided: Action | Decided | DecisionFailed
+    ) -> StepReport[Any]:
+        """The rest of a step once the policy decided (or failed to): act, settle, commit."""
+        view, step_id, started = begun
+        if isinstance(decided, DecisionFailed):
+            return self._invalid_decision(state, decided, step_id, view=view, started=started)
         action, usage = self._accounted(decided)
         if isinstance(action, CallSkill):
             skill = self.agent.skills.get(action.skill)
@@ -555,6 +598,37 @@ class Runtime(Generic[S]):
         return StepReport(before=state, after=after, event=event, view=view)
 
     # ------------------------------------------------------------------ effects
+
+
+class Begun(NamedTuple):
+    """A step between its view and its decision (see :meth:`Runtime.begin`)."""
+
+    view: View[Any]
+    step_id: str
+    started: datetime
+
+
+R = TypeVar("R")
+
+Steps = Generator[AgentState, "StepReport[Any]", R]
+"""A run loop (:meth:`Runtime.steps`, :meth:`Runtime.one_step`): yields the states a
+decision is to be taken in, is sent each step's report, returns ``R``."""
+
+
+def drive(steps: Steps[R], step: Callable[[AgentState], StepReport[Any]]) -> R:
+    """Run the loop ``steps`` to its end, taking each step with ``step`` (synchronously)."""
+    try:
+        state = next(steps)
+        while True:
+            try:
+                report = step(state)
+            except BaseException as exc:  # into the loop: its leases are released on the way out
+                state = steps.throw(exc)
+            else:
+                state = steps.send(report)
+    except StopIteration as done:
+        result: R = done.value
+        return result
 
 
 def _stopped(state: AgentState) -> StopReason | None:

@@ -35,7 +35,9 @@ __all__ = [
     "NoTracer",
     "Span",
     "Tracer",
+    "chat_span",
     "current",
+    "model_of",
     "traced_call",
     "traced_step",
     "using",
@@ -161,19 +163,48 @@ def traced_step(span: Span, event: Event) -> None:
     tracer.record("skillstate.steps", 1, {"skillstate.outcome": outcome})
 
 
+def model_of(provider: str) -> tuple[str, str]:
+    """``(provider, model)`` of a provider's name: ``openai:gpt-4o-mini`` is
+    ``("openai", "gpt-4o-mini")``; a name without a colon is both."""
+    system, sep, model = provider.partition(":")
+    return (system, model) if sep and model else (provider, provider)
+
+
+def chat_span(provider: str) -> tuple[str, dict[str, Any]]:
+    """The name and first attributes of a model call's span (GenAI semantic conventions):
+    ``chat {model}``, with the operation, the provider and the requested model known
+    when it starts (a sampler sees them)."""
+    system, model = model_of(provider)
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": system,
+        "gen_ai.system": system,  # its name before semantic conventions 1.37
+        "gen_ai.request.model": model,
+    }
+    return f"chat {model}", attributes
+
+
 def traced_call(span: Span, model: str, max_tokens: int | None, completion: Completion) -> None:
-    """GenAI semantic-convention attributes of one model call (tracing on only)."""
+    """GenAI semantic-convention attributes of one model call (tracing on only).
+
+    ``model`` is the provider's name (``openai:gpt-4o-mini``)."""
     usage = completion.usage
+    system, requested = model_of(model)
     span.set("gen_ai.operation.name", "chat")
-    span.set("gen_ai.request.model", model)
+    span.set("gen_ai.provider.name", system)
+    span.set("gen_ai.request.model", requested)
     if max_tokens is not None:
         span.set("gen_ai.request.max_tokens", max_tokens)
-    span.set("gen_ai.response.model", completion.model or model)
+    span.set("gen_ai.response.model", completion.model or requested)
+    response_id = completion.raw.get("id")
+    if response_id:
+        span.set("gen_ai.response.id", str(response_id))
     span.set("gen_ai.usage.input_tokens", usage.prompt)
     span.set("gen_ai.usage.output_tokens", usage.completion)
     reason = completion.raw.get("finish_reason")
     if reason:
         span.set("gen_ai.response.finish_reasons", [str(reason)])
     tracer = current()
-    tracer.record("skillstate.tokens", usage.prompt, {"gen_ai.token.type": "input"})
-    tracer.record("skillstate.tokens", usage.completion, {"gen_ai.token.type": "output"})
+    on = {"gen_ai.provider.name": system, "gen_ai.request.model": requested}
+    tracer.record("skillstate.tokens", usage.prompt, {**on, "gen_ai.token.type": "input"})
+    tracer.record("skillstate.tokens", usage.completion, {**on, "gen_ai.token.type": "output"})

@@ -13,6 +13,7 @@ views, and marked ``estimated`` so a report can say so.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -26,6 +27,7 @@ __all__ = [
     "Prices",
     "Provider",
     "Usage",
+    "acomplete",
     "count_messages",
 ]
 
@@ -98,6 +100,25 @@ class Provider(Protocol):
         Raises :class:`~skillstate.errors.ProviderError` when the call itself fails.
         """
         ...
+
+
+async def acomplete(
+    provider: Provider,
+    messages: Sequence[Message],
+    *,
+    schema: dict[str, Any] | None = None,
+    max_tokens: int | None = None,
+) -> Completion:
+    """``provider``'s reply, awaited: its own ``acomplete`` (an async client, such as the
+    OpenAI provider's ``AsyncOpenAI``) when it has one, else ``complete`` in a thread,
+    so an event loop never blocks on a model."""
+    native = getattr(provider, "acomplete", None)
+    if native is not None:
+        completion: Completion = await native(messages, schema=schema, max_tokens=max_tokens)
+        return completion
+    return await asyncio.to_thread(
+        provider.complete, messages, schema=schema, max_tokens=max_tokens
+    )
 
 
 @dataclass(frozen=True)

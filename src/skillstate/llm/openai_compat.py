@@ -104,6 +104,8 @@ class OpenAIProvider:
         self._send_temperature = True
         self._limit_param = "max_tokens"
         self._adapt_lock = threading.Lock()
+        self._max_retries = max_retries
+        self._async: Any = None  # AsyncOpenAI, built on the first awaited call
         try:
             self._client: Any = openai.OpenAI(
                 api_key=key, base_url=base_url, timeout=timeout, max_retries=max_retries
@@ -117,8 +119,15 @@ class OpenAIProvider:
         return self._mode
 
     def close(self) -> None:
-        """Close the HTTP connection pool (the provider is unusable afterwards)."""
+        """Close the HTTP connection pool (the provider is unusable afterwards). An async
+        client is closed with :meth:`aclose`."""
         self._client.close()
+
+    async def aclose(self) -> None:
+        """Close both clients' connection pools."""
+        self._client.close()
+        if self._async is not None:
+            await self._async.close()
 
     def __repr__(self) -> str:  # never the key
         return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"
@@ -137,6 +146,43 @@ class OpenAIProvider:
             request = self._request(messages, schema, mode, max_tokens)
             try:
                 response = self._client.chat.completions.create(**request)
+                break
+            except openai.APIStatusError as exc:
+                if not self._adapt(exc, request, mode):
+                    raise self._error(exc) from self._cause(exc)
+            except openai.OpenAIError as exc:
+                raise self._error(exc) from self._cause(exc)
+        sent = [Message(m["role"], m["content"]) for m in request["messages"]]
+        return self._completion(response, sent, mode, started)
+
+    async def acomplete(
+        self,
+        messages: Sequence[Message],
+        *,
+        schema: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        """:meth:`complete` through ``AsyncOpenAI``: the event loop waits, it never blocks.
+
+        The same request, adaptation and errors; the async client is bound to the
+        loop it was first awaited on (one provider per loop)."""
+        openai = _sdk()
+        if self._async is None:
+            try:
+                self._async = openai.AsyncOpenAI(
+                    api_key=self._secret,
+                    base_url=self.base_url,
+                    timeout=self.timeout,
+                    max_retries=self._max_retries,
+                )
+            except openai.OpenAIError as exc:
+                raise self._error(exc) from self._cause(exc)
+        started = time.perf_counter()
+        while True:  # ends: every retry follows an adaptation, and each happens once
+            mode = self._mode if schema is not None else None
+            request = self._request(messages, schema, mode, max_tokens)
+            try:
+                response = await self._async.chat.completions.create(**request)
                 break
             except openai.APIStatusError as exc:
                 if not self._adapt(exc, request, mode):

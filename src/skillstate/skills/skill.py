@@ -13,41 +13,32 @@ tools it may call (``tools``); its :class:`SkillContext` hands it only those.
 from __future__ import annotations
 
 import inspect
-import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, get_type_hints
+from typing import Any, Generic, TypedDict, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict
 
-from skillstate.engine import trace
-from skillstate.errors import ToolNotAllowed, UsageError
-from skillstate.events import ToolCall, Verdict
-from skillstate.state import fingerprint as fingerprints
-from skillstate.state.model import PROTECTED_FIELDS, AgentState, Evidence, Fingerprint
-from skillstate.store.sealing import read_artifact, write_artifact
-
-if TYPE_CHECKING:
-    from skillstate.state.redact import Redactor
-    from skillstate.store.base import Store
+from skillstate._aio import resolve
+from skillstate.errors import UsageError
+from skillstate.events import Verdict
+from skillstate.skills.context import SkillContext, ToolError
+from skillstate.state.model import PROTECTED_FIELDS, AgentState, Evidence
 
 __all__ = [
     "NoParams",
     "Outcome",
     "ProbeFn",
     "Skill",
-    "SkillContext",
+    "SkillContext",  # re-exported from skillstate.skills.context
     "SkillOptions",
-    "ToolError",
+    "ToolError",  # re-exported from skillstate.skills.context
     "Verdict",
     "VerifyContext",
 ]
 
 P = TypeVar("P", bound=BaseModel)
 S = TypeVar("S", bound=AgentState)
-
-Tool = Callable[..., Any]
 
 
 class NoParams(BaseModel):
@@ -70,185 +61,7 @@ class Outcome:
     """Anything else ``verify`` should look at (e.g. a tool's confirmation)."""
 
 
-@dataclass(frozen=True)
-class ToolError:
-    """A tool's failure returned as a value (``ctx.call(..., errors="return")``).
-
-    An expected answer such as "order not found" is data the skill (and, through
-    its outcome, the model) should react to, not a crashed step: returned this
-    way it is recorded as a failed tool call, but nothing is retried or rolled back.
-    """
-
-    tool: str
-    kind: str
-    """The exception's class name (``KeyError``, ``OrderNotFound``)."""
-    message: str
-    exception: BaseException | None = field(default=None, compare=False, repr=False)
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}" if self.message else self.kind
-
-
-ErrorMode = Literal["raise", "return"] | tuple[type[BaseException], ...]
-"""How ``ctx.call`` treats a tool's exception: ``"raise"`` it (a failed attempt,
-retried), ``"return"`` it as a :class:`ToolError`, or return a ToolError only for
-the exception types in the tuple (the expected ones) and raise the rest."""
-
-SUMMARY_CHARS = 160
-
-
-def _summarize(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
-
-
-class SkillContext:
-    """What a running skill may touch: its declared tools and the artifact store.
-
-    Every tool call is recorded (args, a summary, and the raw result as an artifact)
-    and ends up in the step's event.
-    """
-
-    def __init__(
-        self,
-        *,
-        skill: str,
-        task_id: str,
-        step_id: str,
-        attempt: int,
-        tools: Mapping[str, Tool],
-        store: Store,
-        idempotency_key: str | None = None,
-        redactor: Redactor | None = None,
-        params: BaseModel | None = None,
-        compensating: bool = False,
-        fence: int | None = None,
-    ) -> None:
-        self.skill = skill
-        self.task_id = task_id
-        self.step_id = step_id
-        self.attempt = attempt
-        self.idempotency_key = idempotency_key
-        """For skills declared with ``effects=True``: a key for this *logical* step,
-        the same for every attempt, resume, retry and re-decision of it (and after a
-        rollback that kept its effect), so the outside world (or the skill's probe)
-        can tell a repeat from a new effect."""
-        self.params = params
-        """The validated params this step runs with."""
-        self.compensating = compensating
-        """True when a compensating rollback calls the ``rollback`` hook to undo an
-        effect that succeeded earlier (``idempotency_key`` names it); False when the
-        hook undoes a failed attempt of the step that is running."""
-        self.fence = fence
-        """For effects: the lease generation (fencing token) this worker holds the task
-        under. A world that can store it (a SQL row, an object version) can refuse
-        writes from a worker with an older one, which the key alone cannot do."""
-        self._tools = dict(tools)
-        self._store = store
-        self._redactor = redactor
-        self.calls: list[ToolCall] = []
-        self.fingerprints: list[Fingerprint] = []
-        self.found_by_probe = False
-        """Set by the runtime when this attempt's outcome came from the skill's probe."""
-
-    @property
-    def tool_names(self) -> tuple[str, ...]:
-        return tuple(self._tools)
-
-    def call(self, tool: str, /, *, errors: ErrorMode = "raise", **args: Any) -> Any:
-        """Call a declared tool; its full result is stored as an artifact.
-
-        ``errors`` says what a tool's exception means (the name is reserved: a tool
-        cannot take an argument called ``errors`` through here). By default it fails
-        the attempt (retried, then rolled back). ``errors="return"``, or a tuple of
-        the exception types the tool is expected to raise, returns a
-        :class:`ToolError` instead, so the skill can turn "not found" into an
-        outcome rather than a crash.
-        """
-        fn = self._tools.get(tool)
-        if fn is None:
-            raise ToolNotAllowed(self.skill, tool, self._tools)
-        with trace.current().span("skillstate.tool", {"skillstate.tool": tool}) as span:
-            result = self._call(tool, fn, errors, args)
-            if isinstance(result, ToolError):
-                span.fail(str(result))
-            return result
-
-    def _call(self, tool: str, fn: Tool, errors: ErrorMode, args: dict[str, Any]) -> Any:
-        started = time.perf_counter()
-        try:
-            result = fn(**args)
-        except Exception as exc:
-            self.calls.append(
-                ToolCall(
-                    tool=tool,
-                    args=args,
-                    ok=False,
-                    summary=f"{type(exc).__name__}: {exc}",
-                    attempt=self.attempt,
-                    duration_ms=(time.perf_counter() - started) * 1000,
-                )
-            )
-            if errors == "return" or (isinstance(errors, tuple) and isinstance(exc, errors)):
-                return ToolError(
-                    tool=tool, kind=type(exc).__name__, message=str(exc), exception=exc
-                )
-            raise
-        raw = result if isinstance(result, str) else json.dumps(result, default=str, indent=1)
-        data = raw.encode()
-        if self._redactor:
-            # A tool may echo the credential it was given, or return a token, a phone
-            # number: the redaction policy masks them before the bytes are stored.
-            data = self._redactor.bytes(data)
-        ref = write_artifact(self._store, data, media_type="application/json")
-        self.calls.append(
-            ToolCall(
-                tool=tool,
-                args=args,
-                summary=_summarize(result),
-                ref=ref,
-                attempt=self.attempt,
-                duration_ms=(time.perf_counter() - started) * 1000,
-            )
-        )
-        return result
-
-    def fingerprint(self, target: str, *, kind: str = "file") -> Fingerprint:
-        """Record what this step relied on (default: the sha256 of file ``target``).
-
-        Recorded with the step; on resume a changed fingerprint marks the step stale.
-        """
-        taken = fingerprints.take(target, kind=kind)
-        self.fingerprints.append(taken)
-        return taken
-
-    def evidence(self, summary: str, *, kind: str = "tool_output") -> Evidence:
-        """Evidence pointing at the raw output of the last tool call."""
-        if not self.calls:
-            raise UsageError("evidence() needs a tool call first")
-        last = self.calls[-1]
-        return Evidence(kind=kind, source=last.tool, summary=summary, ref=last.ref)
-
-    def attach(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
-        """Store ``data`` (a simulator snapshot, a generated file) as an artifact; its ref.
-
-        Write the ref into the state (``Outcome(writes={"snapshot_ref": ref})``): the
-        artifact is stored before the step commits, so a committed card never points
-        at a missing one (a crash in between leaves an unreferenced artifact, nothing
-        worse). Sealed at rest like tool outputs when a key is set; read it back with
-        :meth:`artifact` to restore an in-process environment after a crash.
-        """
-        return write_artifact(self._store, data, media_type=media_type)
-
-    def artifact(self, ref: str) -> bytes:
-        """Read a raw artifact back (e.g. a tool output an earlier step stored)."""
-        return read_artifact(self._store, ref)
-
-    def artifact_json(self, ref: str) -> Any:
-        return json.loads(self.artifact(ref))
-
-
-RunFn = Callable[[S, P, SkillContext], Outcome]
+RunFn = Callable[[S, P, SkillContext], "Outcome | Awaitable[Outcome]"]
 
 
 @dataclass(frozen=True)
@@ -271,8 +84,8 @@ VerifyFn = (
 """``verify(state, outcome)``, or ``verify(state, outcome, ctx)`` to also see the state
 before the step and the params (:class:`VerifyContext`)."""
 WhenFn = Callable[[S], bool]
-RollbackFn = Callable[[S, "Outcome | None", SkillContext], None]
-ProbeFn = Callable[[S, P, SkillContext], "Outcome | None"]
+RollbackFn = Callable[[S, "Outcome | None", SkillContext], "Awaitable[None] | None"]
+ProbeFn = Callable[[S, P, SkillContext], "Outcome | Awaitable[Outcome | None] | None"]
 
 
 def _always(state: Any) -> bool:
@@ -392,7 +205,8 @@ class Skill(Generic[S, P]):
         """
         if self._probe is None:
             return None
-        return self._probe(state, params, ctx)
+        found: Outcome | None = resolve(self._probe(state, params, ctx))
+        return found
 
     @property
     def has_verify(self) -> bool:
@@ -406,7 +220,7 @@ class Skill(Generic[S, P]):
         return bool(self._when(state))
 
     def run(self, state: S, params: P, ctx: SkillContext) -> Outcome:
-        outcome = self._run(state, params, ctx)
+        outcome = resolve(self._run(state, params, ctx))  # an async def run: awaited
         if isinstance(outcome, Mapping):  # a bare dict of writes is accepted too
             outcome = Outcome(writes=outcome)
         if not isinstance(outcome, Outcome):
@@ -423,16 +237,16 @@ class Skill(Generic[S, P]):
         if self._verify_context:
             if context is None:
                 raise UsageError(f"the verify of skill {self.name!r} needs a VerifyContext")
-            verdict = self._verify(state, outcome, context)  # type: ignore[call-arg]
+            verdict = resolve(self._verify(state, outcome, context))  # type: ignore[call-arg]
         else:
-            verdict = self._verify(state, outcome)  # type: ignore[call-arg]
+            verdict = resolve(self._verify(state, outcome))  # type: ignore[call-arg]
         if isinstance(verdict, Verdict):
             return verdict
         return Verdict(ok=bool(verdict), reason="" if verdict else "verify returned False")
 
     def rollback(self, state: S, outcome: Outcome | None, ctx: SkillContext) -> None:
         if self._rollback is not None:
-            self._rollback(state, outcome, ctx)
+            resolve(self._rollback(state, outcome, ctx))
 
     def undeclared_writes(self, writes: Mapping[str, Any]) -> list[str]:
         """The written paths not covered by a declared output (or by a parent of one)."""

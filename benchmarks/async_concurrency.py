@@ -1,0 +1,155 @@
+"""Many tasks on one event loop: ``AsyncRuntime`` against a model that takes 200 ms a call.
+
+    .venv/bin/python benchmarks/async_concurrency.py [--tasks 100] [--latency 0.2] [--quick]
+
+One process, one loop, one SQLite store. A fake async provider answers every
+decision after ``--latency`` seconds (as a hosted model would: the time is spent
+waiting, not computing). Each task takes ``--steps`` skill steps and a finish, so
+one task alone takes about ``(steps + 1) x latency``. Measured in the same run:
+
+* one task alone on the loop;
+* ``--tasks`` tasks at once on the loop (``asyncio.gather``): the target is a small
+  multiple of one task's time, not ``--tasks`` times it;
+* the same tasks one after another through the synchronous ``Runtime`` (what a
+  loop without ``AsyncRuntime`` would do, blocking on each model call).
+
+Prints the times and the ratios; ``--markdown FILE`` writes the table too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from skillstate import Agent, AgentState, Outcome, Runtime, SkillContext, SkillRegistry
+from skillstate import StateMachine as Machine
+from skillstate.engine.aruntime import AsyncRuntime
+from skillstate.engine.policy import StatePolicy
+from skillstate.llm.base import Completion, Message, Usage
+from skillstate.store.sqlite import SQLiteStore
+
+
+class Counter(AgentState):
+    n: int = 0
+    target: int = 4
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+class WaitingModel:
+    """Answers after ``latency`` seconds: bump until the view says ``n`` reached the target."""
+
+    name = "waiting"
+
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+
+    def _reply(self, messages: Sequence[Message]) -> Completion:
+        text = messages[-1].content
+        done = "bump(" not in text  # the skill is offered only while n < target
+        action = {"kind": "finish"} if done else {"kind": "call_skill", "skill": "bump"}
+        return Completion(json.dumps(action), Usage(100, 10), "waiting")
+
+    def complete(self, messages: Sequence[Message], **_: Any) -> Completion:
+        time.sleep(self.latency)
+        return self._reply(messages)
+
+    async def acomplete(self, messages: Sequence[Message], **_: Any) -> Completion:
+        await asyncio.sleep(self.latency)
+        return self._reply(messages)
+
+
+def agent(latency: float) -> Agent[Counter]:
+    skills = SkillRegistry()
+
+    @skills.skill(outputs=["n"], when=lambda s: s.n < s.target)
+    def bump(state: Counter, params: NoArgs, ctx: SkillContext) -> Outcome:
+        """Add one to n."""
+        return Outcome(writes={"n": state.n + 1})
+
+    @bump.verifier
+    def _grew(state: Counter, outcome: Outcome) -> bool:
+        return 0 < state.n <= state.target
+
+    return Agent(
+        name="counter",
+        state_type=Counter,
+        machine=Machine({"init": ["init"]}, final=["init"]),
+        skills=skills,
+        policy=StatePolicy(WaitingModel(latency)),
+    )
+
+
+async def concurrent(runtime: AsyncRuntime[Counter], ids: list[str], steps: int) -> float:
+    for task_id in ids:
+        await runtime.start(task_id, target=steps)
+    begun = time.perf_counter()
+    results = await asyncio.gather(*(runtime.run(task_id) for task_id in ids))
+    elapsed = time.perf_counter() - begun
+    bad = [r for r in results if r.stopped != "completed" or r.state.n != steps]
+    if bad:
+        raise SystemExit(f"{len(bad)} tasks did not complete right: {bad[0].stopped}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--quick", action="store_true", help="20 tasks, 50 ms: a smoke run")
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args()
+    if args.quick:
+        args.tasks, args.latency = 20, 0.05
+    root = Path(tempfile.mkdtemp(prefix="skillstate-async-"))
+    built = agent(args.latency)
+    store = SQLiteStore(root / "state.db")
+    runtime = AsyncRuntime(built, store)
+    asyncio.run(concurrent(runtime, ["warm-up"], args.steps))  # imports, thread pool, tokenizer
+    one = asyncio.run(concurrent(runtime, ["alone"], args.steps))
+    many = asyncio.run(concurrent(runtime, [f"t{i}" for i in range(args.tasks)], args.steps))
+    sync = Runtime(built, store)
+    sequential_ids = [f"s{i}" for i in range(min(args.tasks, 10))]
+    started = time.perf_counter()
+    for task_id in sequential_ids:
+        sync.start(task_id, target=args.steps)
+        sync.run(task_id)
+    per_task_sync = (time.perf_counter() - started) / len(sequential_ids)
+    store.close()
+    rows = [
+        ("one task alone (AsyncRuntime)", f"{one:.2f} s", "1.00x"),
+        (f"{args.tasks} tasks at once, one loop", f"{many:.2f} s", f"{many / one:.2f}x"),
+        (
+            f"{args.tasks} tasks one after another (Runtime, extrapolated from "
+            f"{len(sequential_ids)})",
+            f"{per_task_sync * args.tasks:.2f} s",
+            f"{per_task_sync * args.tasks / one:.2f}x",
+        ),
+    ]
+    lines = [
+        f"{args.tasks} tasks x ({args.steps} steps + finish), model latency "
+        f"{args.latency * 1000:.0f} ms, SQLite store",
+        "",
+        "| run | wall time | vs one task |",
+        "|---|---|---|",
+        *(f"| {a} | {b} | {c} |" for a, b, c in rows),
+    ]
+    print("\n".join(lines))
+    print(f"concurrency ratio: {many / one:.2f}x one task's time for {args.tasks} tasks")
+    if args.markdown:
+        args.markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

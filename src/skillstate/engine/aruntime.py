@@ -1,0 +1,234 @@
+"""``AsyncRuntime``: the same runtime, driven from an event loop.
+
+There is one implementation of the step logic: :class:`~skillstate.engine.runtime.Runtime`.
+Its run loop is a generator (:meth:`Runtime.steps`) that yields the state each
+decision is to be taken in and is sent the step's report; everything in between
+(leases, loads, settling an effect after a crash, replies, budgets) happens inside
+it. The synchronous runtime drives that generator directly. This class drives the
+same generator from an event loop:
+
+* the decision is **awaited**: a policy's ``adecide`` (every model policy has one:
+  the same repair loop, the provider's ``acomplete`` awaited — ``AsyncOpenAI`` for
+  the OpenAI-compatible provider — or ``complete`` in a thread), any other policy's
+  ``decide`` in a thread;
+* the synchronous parts (store reads and commits, a skill's run and verify) run in
+  a worker thread (``asyncio.to_thread``), so the loop is never blocked by them;
+* an ``async def`` skill, verify, probe, rollback or tool met there is run on the
+  loop (see :mod:`skillstate._aio`), and ``await ctx.acall(...)`` gives tool calls
+  per-call timeouts and retries with backoff.
+
+So a hundred tasks on one loop wait for their models concurrently, while each
+task's commits stay exactly as safe as before (benchmarks/async_concurrency.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from skillstate._aio import on_loop
+from skillstate.engine.actions import Action
+from skillstate.engine.agent import Agent
+from skillstate.engine.policy import Decided
+from skillstate.engine.results import RunResult, StepReport
+from skillstate.engine.runtime import Runtime, Steps
+from skillstate.engine.trace import traced_step, using
+from skillstate.errors import DecisionFailed
+from skillstate.state.model import AgentState
+from skillstate.store.base import Store
+
+__all__ = ["AsyncRuntime"]
+
+S = TypeVar("S", bound=AgentState)
+R = TypeVar("R")
+
+OnReport = Callable[[StepReport[Any]], Awaitable[None]]
+
+
+class AsyncRuntime(Generic[S]):
+    """``await runtime.run(task_id)``: a :class:`Runtime` for asyncio.
+
+    Takes the same arguments as :class:`Runtime` (``max_steps``, budgets, the stall
+    guard, leases, ``tracer``...), and has the same methods, awaited. The store is
+    any :class:`~skillstate.store.base.Store`: its calls run in worker threads.
+    """
+
+    def __init__(self, agent: Agent[S], store: Store, **options: Any) -> None:
+        self.runtime: Runtime[S] = Runtime(agent, store, **options)
+        """The synchronous runtime whose step logic this one drives."""
+
+    @property
+    def agent(self) -> Agent[S]:
+        return self.runtime.agent
+
+    @property
+    def store(self) -> Store:
+        return self.runtime.store
+
+    async def start(self, task_id: str, **fields: Any) -> S:
+        """Create the task (version 1), as :meth:`Runtime.start`."""
+        return await self._thread(self.runtime.start, task_id, **fields)
+
+    async def load(self, task_id: str) -> S:
+        return await self._thread(self.runtime.load, task_id)
+
+    async def reply(self, task_id: str, text: str) -> S:
+        """Answer a ``waiting_user`` task's question, as :meth:`Runtime.reply`."""
+        return await self._thread(self.runtime.reply, task_id, text)
+
+    async def step(self, task_id: str) -> StepReport[S]:
+        """Take exactly one decision and commit it, as :meth:`Runtime.step`."""
+        with using(self.runtime.tracer):
+            report: StepReport[S] = await self._drive(self.runtime.one_step(task_id))
+            return report
+
+    async def run(
+        self,
+        task_id: str,
+        *,
+        inputs: Sequence[str] = (),
+        max_steps: int | None = None,
+        inputs_from: int = 0,
+        stop: Callable[[], bool] | None = None,
+    ) -> RunResult[S]:
+        """Decide and commit until the task ends, waits, stalls or spends its budget, as
+        :meth:`Runtime.run` (an unknown ``task_id`` is created first)."""
+        steps = self.runtime.loop(
+            task_id, inputs=inputs, max_steps=max_steps, inputs_from=inputs_from, stop=stop
+        )
+        return await self._run(task_id, steps, None)
+
+    async def resume(self, task_id: str, **options: Any) -> RunResult[S]:
+        """:meth:`run` on a task that must exist already (``TaskNotFound`` otherwise)."""
+        await self.load(task_id)
+        return await self.run(task_id, **options)
+
+    async def stream(
+        self,
+        task_id: str,
+        *,
+        inputs: Sequence[str] = (),
+        max_steps: int | None = None,
+        inputs_from: int = 0,
+    ) -> AsyncIterator[StepReport[S]]:
+        """:meth:`run`, yielding each decision's report as soon as it is committed::
+
+        async for report in runtime.stream("t1"):
+            print(report.event.version, report.event.label)
+
+        Leaving the loop early stops the run after the step in progress (its lease
+        is released); the task stays resumable.
+        """
+        steps = self.runtime.loop(
+            task_id, inputs=inputs, max_steps=max_steps, inputs_from=inputs_from
+        )
+        queue: asyncio.Queue[StepReport[S] | None] = asyncio.Queue()
+
+        async def put(report: StepReport[Any]) -> None:
+            await queue.put(report)
+
+        async def produce() -> None:
+            try:
+                await self._run(task_id, steps, put)
+            finally:
+                await queue.put(None)
+
+        producer = asyncio.create_task(produce())
+        try:
+            while (report := await queue.get()) is not None:
+                yield report
+            await producer  # its error, if it failed
+        finally:
+            if not producer.done():
+                producer.cancel()
+                await asyncio.gather(producer, return_exceptions=True)
+
+    # ------------------------------------------------------------------ driving
+
+    async def _run(
+        self, task_id: str, steps: Steps[RunResult[Any]], on_report: OnReport | None
+    ) -> RunResult[S]:
+        runtime = self.runtime
+        tracer = runtime.tracer
+        with (
+            using(tracer),
+            tracer.span("skillstate.run", {"skillstate.task.id": task_id}) as span,
+        ):
+            result: RunResult[S] = await self._drive(steps, on_report)
+            span.set("skillstate.run.stopped", result.stopped)
+            span.set("skillstate.run.steps", result.steps)
+            return result
+
+    async def _drive(self, steps: Steps[R], on_report: OnReport | None = None) -> R:
+        """The async twin of :func:`~skillstate.engine.runtime.drive`."""
+        with on_loop(asyncio.get_running_loop()):
+            done = False
+            try:
+                done, value = await asyncio.to_thread(_advance, steps, None, None)
+                while not done:
+                    try:
+                        report = await self._step(value)
+                    except BaseException as exc:  # into the loop: it releases its lease
+                        done, value = await asyncio.to_thread(_advance, steps, None, exc)
+                        continue
+                    if on_report is not None:
+                        await on_report(report)
+                    done, value = await asyncio.to_thread(_advance, steps, report, None)
+                result: R = value
+                return result
+            finally:
+                if not done:  # cancelled between steps: release what the loop holds
+                    await asyncio.shield(asyncio.to_thread(_close, steps))
+
+    async def _step(self, state: AgentState) -> StepReport[Any]:
+        """One step: the decision awaited, the rest of the step in a worker thread."""
+        runtime = self.runtime
+        tracer = runtime.tracer
+        attributes = {"skillstate.task.id": state.task_id, "skillstate.version": state.version}
+        with tracer.span("skillstate.step", attributes) as span:
+            begun = runtime.begin(state)
+            try:
+                with tracer.span("skillstate.decide", {"skillstate.step.id": begun.step_id}):
+                    decided: Action | Decided | DecisionFailed = await self._decide(begun.view)
+            except DecisionFailed as exc:
+                decided = exc
+            report = await asyncio.to_thread(runtime.conclude, state, begun, decided)
+            if tracer.enabled:
+                traced_step(span, report.event)
+            return report
+
+    async def _decide(self, view: Any) -> Action | Decided:
+        policy = self.runtime.agent.policy
+        adecide = getattr(policy, "adecide", None)
+        if adecide is not None:
+            decided: Action | Decided = await adecide(view)
+            return decided
+        return await asyncio.to_thread(policy.decide, view)
+
+    async def _thread(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        with using(self.runtime.tracer), on_loop(asyncio.get_running_loop()):
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def _advance(
+    steps: Steps[R], report: StepReport[Any] | None, error: BaseException | None
+) -> tuple[bool, Any]:
+    """One move of the loop: ``(False, next state)`` or ``(True, its result)``.
+
+    (A ``StopIteration`` cannot cross ``to_thread``'s future: it is turned into a value.)
+    """
+    try:
+        if error is not None:
+            return False, steps.throw(error)
+        if report is None:
+            return False, next(steps)
+        return False, steps.send(report)
+    except StopIteration as done:
+        return True, done.value
+
+
+def _close(steps: Steps[Any]) -> None:
+    with contextlib.suppress(ValueError):  # still running in its thread: it ends there
+        steps.close()
