@@ -63,6 +63,26 @@ class TestKilledRuns:
         assert summary["kills"] == 2
         assert summary["kill_recovery_rate"]["mean"] == 1.0
 
+    def test_provider_faults_in_a_killed_run_are_resumed_from_as_long_as_it_progresses(
+        self, tmp_path: Path
+    ) -> None:
+        """A child ended by a timeout or 429 is replaced; only faults in a row without
+        progress count toward giving up (a total count failed long tasks before)."""
+        from skillstate.eval.interrupt import run_killed
+        from skillstate.eval.models import ModelSpec
+        from skillstate.eval.runner import _measure
+
+        task = next(s for s in load_suite("long", 0) if s.group == "long")
+        run, _ = run_killed(
+            task, VARIANTS["skillstate"], seed=0, root=tmp_path / "k",
+            model=ModelSpec(inject_faults=0.3), context_window=None, max_repairs=1,
+            max_invalid=3, kills=1,
+        )  # fmt: skip
+        measured = _measure(task, VARIANTS["skillstate"], 0, run)
+        run.store.close()
+        assert run.faults > 5, "the test needs more faults than FAULTS_IN_A_ROW in all"
+        assert measured.success, measured.failure
+
     def test_a_reopened_environment_keeps_its_files(self, short: TaskSpec, tmp_path: Path) -> None:
         """`fresh=False` reopens: a line already in the ledger stays (a resumed run needs it)."""
         env = build_environment(short, tmp_path)

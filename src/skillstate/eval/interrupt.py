@@ -145,7 +145,7 @@ def run_killed(
                 stderr=subprocess.STDOUT,
             )
 
-    in_a_row = 0
+    in_a_row, last = 0, -1
     while True:
         proc = child()
         if report.kills < kills:
@@ -162,11 +162,13 @@ def run_killed(
         code = _wait(proc)
         if code == PROVIDER_FAULT:  # a timeout or 429 ended the child: resume, as a worker would
             run.faults += 1
-            in_a_row += 1
+            version = _version(store)
+            in_a_row = in_a_row + 1 if version == last else 1  # progress starts the count over
+            last = version
             if in_a_row <= FAULTS_IN_A_ROW:
                 report.resumes += 1
                 continue
-            run.failure = f"provider errors: {FAULTS_IN_A_ROW + 1} in a row"
+            run.failure = f"provider errors: {in_a_row} in a row without progress"
             break
         break  # the child ran the task to its end (or died: judged below)
     if run.failure is None:
