@@ -247,6 +247,7 @@ def _runtime(
     """The runtime that continues a task with ``decisions`` (``run``, ``reply``, the UI)."""
     from skillstate.engine.lease import default_worker
     from skillstate.engine.runtime import Runtime
+    from skillstate.integrations.otel import tracer_from_env
 
     return Runtime(
         decisions.agent(agent),
@@ -260,6 +261,7 @@ def _runtime(
         prices=decisions.prices(),
         max_stalled=decisions.max_stalled or None,
         on_stall=decisions.stall_mode(),
+        tracer=tracer_from_env(),  # OpenTelemetry when OTEL_EXPORTER_OTLP_ENDPOINT is set
     )
 
 

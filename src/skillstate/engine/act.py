@@ -203,7 +203,8 @@ class Acting:
         with tracer.span("skillstate.skill.run", attributes) as span:
             attempt = self._attempt(skill, state, params, ctx, probe=probe)
             if attempt.failure is not None:
-                span.fail(f"{attempt.failure[0]}: {attempt.failure[1]}")
+                reason = f"{attempt.failure[0]}: {attempt.failure[1]}"  # masked like the log:
+                span.fail(self.redactor(state).text(reason) if tracer.enabled else reason)
                 tracer.record("skillstate.failures", 1, {"skillstate.error": attempt.failure[0]})
             return attempt
 

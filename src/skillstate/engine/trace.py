@@ -195,7 +195,8 @@ def traced_call(span: Span, model: str, max_tokens: int | None, completion: Comp
     span.set("gen_ai.request.model", requested)
     if max_tokens is not None:
         span.set("gen_ai.request.max_tokens", max_tokens)
-    span.set("gen_ai.response.model", completion.model or requested)
+    answered = completion.model or requested  # a replayed or scripted model may be prefixed
+    span.set("gen_ai.response.model", answered.removeprefix(f"{system}:"))
     response_id = completion.raw.get("id")
     if response_id:
         span.set("gen_ai.response.id", str(response_id))

@@ -137,7 +137,7 @@ class SkillContext:
         with trace.current().span("skillstate.tool", {"skillstate.tool": tool}) as span:
             result = self._call(tool, fn, errors, args)
             if isinstance(result, ToolError):
-                span.fail(str(result))
+                span.fail(self._redactor.text(str(result)) if self._redactor else str(result))
             return result
 
     def _call(self, tool: str, fn: Tool, errors: ErrorMode, args: dict[str, Any]) -> Any:
@@ -180,7 +180,7 @@ class SkillContext:
                         await asyncio.sleep(backoff * 2**number)
                         continue
                     failed = self._failed(tool, args, exc, started, errors)
-                    span.fail(str(failed))
+                    span.fail(self._redactor.text(str(failed)) if self._redactor else str(failed))
                     return failed
                 return self._returned(tool, args, result, started)
         raise AssertionError("unreachable")  # the last try returns or raises

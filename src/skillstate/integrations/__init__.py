@@ -1,0 +1,1 @@
+"""Integrations with other tools and frameworks, each behind its own extra."""
