@@ -1,8 +1,14 @@
 """Many tasks on one event loop: ``AsyncRuntime`` against a model that takes 200 ms a call.
 
-    .venv/bin/python benchmarks/async_concurrency.py [--tasks 100] [--latency 0.2] [--quick]
+    .venv/bin/python benchmarks/async_concurrency.py [--tasks 100] [--latency 0.2]
+        [--stores sqlite,postgres,redis] [--quick]
 
-One process, one loop, one SQLite store. A fake async provider answers every
+One process, one loop, one store per measurement, opened with ``open_async_store``:
+SQLite (a ``ThreadedStore``), and the native async PostgreSQL and Redis stores
+(``$SKILLSTATE_BENCH_POSTGRES``, default ``postgresql://postgres@127.0.0.1:5432/test``
+with a fresh ``?schema=`` dropped at the end; ``$SKILLSTATE_BENCH_REDIS``, default
+``redis://127.0.0.1:6379/0`` with a fresh ``?prefix=`` whose keys are deleted). A store
+whose server does not answer is reported as skipped. A fake async provider answers every
 decision after ``--latency`` seconds (as a hosted model would: the time is spent
 waiting, not computing). Each task takes ``--steps`` skill steps and a finish, so
 one task alone takes about ``(steps + 1) x latency``. Measured in the same run:
@@ -11,7 +17,7 @@ one task alone takes about ``(steps + 1) x latency``. Measured in the same run:
 * ``--tasks`` tasks at once on the loop (``asyncio.gather``): the target is a small
   multiple of one task's time, not ``--tasks`` times it;
 * the same tasks one after another through the synchronous ``Runtime`` (what a
-  loop without ``AsyncRuntime`` would do, blocking on each model call).
+  loop without ``AsyncRuntime`` would do, blocking on each model call), on SQLite.
 
 Prints the times and the ratios; ``--markdown FILE`` writes the table too.
 """
@@ -21,8 +27,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,8 +41,13 @@ from skillstate import Agent, AgentState, Outcome, Runtime, SkillContext, SkillR
 from skillstate import StateMachine as Machine
 from skillstate.engine.aruntime import AsyncRuntime
 from skillstate.engine.policy import StatePolicy
+from skillstate.errors import StoreError
 from skillstate.llm.base import Completion, Message, Usage
+from skillstate.store.aio import AsyncStore, open_async_store
 from skillstate.store.sqlite import SQLiteStore
+
+POSTGRES = os.environ.get("SKILLSTATE_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS = os.environ.get("SKILLSTATE_BENCH_REDIS", "redis://127.0.0.1:6379/0")
 
 
 class Counter(AgentState):
@@ -102,23 +115,84 @@ async def concurrent(runtime: AsyncRuntime[Counter], ids: list[str], steps: int)
     return elapsed
 
 
+def store_url(name: str, root: Path, tag: str) -> str:
+    if name == "sqlite":
+        return f"sqlite:///{root / 'state.db'}"
+    base = {"postgres": POSTGRES, "redis": REDIS}[name]
+    option = "schema" if name == "postgres" else "prefix"
+    return f"{base}{'&' if '?' in base else '?'}{option}={tag}"
+
+
+def drop(name: str, tag: str) -> None:
+    """Remove what a server-backed measurement wrote (its schema, its keys)."""
+    if name == "postgres":
+        import psycopg
+
+        with psycopg.connect(POSTGRES, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {tag} CASCADE")
+    elif name == "redis":
+        import redis
+
+        client = redis.Redis.from_url(REDIS)
+        try:
+            keys = list(client.scan_iter(match=f"{tag}:*", count=1000))
+            if keys:
+                client.unlink(*keys)
+        finally:
+            client.close()
+
+
+async def measure(built: Agent[Counter], url: str, tasks: int, steps: int) -> tuple[float, float]:
+    """(one task alone, ``tasks`` at once) on one loop and one async store."""
+    store: AsyncStore = await open_async_store(url)
+    try:
+        runtime = AsyncRuntime(built, store)
+        await concurrent(runtime, ["warm-up"], steps)  # imports, threads, connections
+        one = await concurrent(runtime, ["alone"], steps)
+        many = await concurrent(runtime, [f"t{i}" for i in range(tasks)], steps)
+        return one, many
+    finally:
+        await store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--stores", default="sqlite,postgres,redis")
     parser.add_argument("--quick", action="store_true", help="20 tasks, 50 ms: a smoke run")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.latency = 20, 0.05
+    names = [n.strip() for n in args.stores.split(",") if n.strip()]
+    unknown = sorted(set(names) - {"sqlite", "postgres", "redis"})
+    if unknown:
+        raise SystemExit(f"unknown store {unknown[0]!r}; expected sqlite, postgres or redis")
     root = Path(tempfile.mkdtemp(prefix="skillstate-async-"))
     built = agent(args.latency)
-    store = SQLiteStore(root / "state.db")
-    runtime = AsyncRuntime(built, store)
-    asyncio.run(concurrent(runtime, ["warm-up"], args.steps))  # imports, thread pool, tokenizer
-    one = asyncio.run(concurrent(runtime, ["alone"], args.steps))
-    many = asyncio.run(concurrent(runtime, [f"t{i}" for i in range(args.tasks)], args.steps))
+    rows: list[tuple[str, str, str]] = []
+    ratios: list[str] = []
+    for name in names:
+        tag = f"bench_async_{uuid.uuid4().hex[:10]}"
+        try:
+            one, many = asyncio.run(
+                measure(built, store_url(name, root, tag), args.tasks, args.steps)
+            )
+        except (StoreError, ImportError) as exc:
+            print(f"{name}: skipped ({' '.join(str(exc).split())})")
+            continue
+        finally:
+            drop(name, tag)
+        rows.append((f"{name}: one task alone", f"{one:.2f} s", "1.00x"))
+        rows.append(
+            (f"{name}: {args.tasks} tasks at once, one loop", f"{many:.2f} s", f"{many / one:.2f}x")
+        )
+        ratios.append(f"{name} {many / one:.2f}x")
+    if not rows:
+        raise SystemExit("no store could be measured")
+    store = SQLiteStore(root / "sync.db")
     sync = Runtime(built, store)
     sequential_ids = [f"s{i}" for i in range(min(args.tasks, 10))]
     started = time.perf_counter()
@@ -127,26 +201,25 @@ def main() -> None:
         sync.run(task_id)
     per_task_sync = (time.perf_counter() - started) / len(sequential_ids)
     store.close()
-    rows = [
-        ("one task alone (AsyncRuntime)", f"{one:.2f} s", "1.00x"),
-        (f"{args.tasks} tasks at once, one loop", f"{many:.2f} s", f"{many / one:.2f}x"),
+    one_sqlite = float(rows[0][1].split()[0])
+    rows.append(
         (
-            f"{args.tasks} tasks one after another (Runtime, extrapolated from "
+            f"{args.tasks} tasks one after another (Runtime on SQLite, extrapolated from "
             f"{len(sequential_ids)})",
             f"{per_task_sync * args.tasks:.2f} s",
-            f"{per_task_sync * args.tasks / one:.2f}x",
-        ),
-    ]
+            f"{per_task_sync * args.tasks / one_sqlite:.2f}x",
+        )
+    )
     lines = [
         f"{args.tasks} tasks x ({args.steps} steps + finish), model latency "
-        f"{args.latency * 1000:.0f} ms, SQLite store",
+        f"{args.latency * 1000:.0f} ms",
         "",
         "| run | wall time | vs one task |",
         "|---|---|---|",
         *(f"| {a} | {b} | {c} |" for a, b, c in rows),
     ]
     print("\n".join(lines))
-    print(f"concurrency ratio: {many / one:.2f}x one task's time for {args.tasks} tasks")
+    print(f"concurrency ratio ({args.tasks} tasks vs one): {', '.join(ratios)}")
     if args.markdown:
         args.markdown.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -144,5 +144,25 @@ def test_async_concurrency_quick_run(tmp_path: Path) -> None:
     result = run_benchmark("--quick", "--markdown", str(markdown), script=script)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     text = markdown.read_text(encoding="utf-8")
-    assert "| 20 tasks at once, one loop |" in text
+    assert "| sqlite: 20 tasks at once, one loop |" in text
     assert "concurrency ratio" in result.stdout
+
+
+LANGGRAPH_SAVER = ROOT / "benchmarks" / "langgraph_saver.py"
+
+
+@pytest.mark.skipif(not HAS_LANGGRAPH, reason="pip install -e '.[bench]'")
+def test_langgraph_saver_quick_run(tmp_path: Path) -> None:
+    """The saver benchmark's smoke run on SQLite: both tables, both savers, every ratio."""
+    markdown = tmp_path / "langgraph_saver.md"
+    args = ["--quick", "--backends", "sqlite", "--markdown", str(markdown)]
+    result = run_benchmark(*args, script=LANGGRAPH_SAVER)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = markdown.read_text(encoding="utf-8")
+    assert text.startswith("## LangGraph savers")
+    for needle in ("### LangGraph savers, same workloads", "### skillstate / LangGraph"):
+        assert needle in text, needle
+    for workload in ("explicit", "history"):
+        assert f"| sqlite | {workload} | 20 | skillstate |" in text
+        assert f"| sqlite | {workload} | 20 | SqliteSaver |" in text
+    assert text.count("x |") >= 8  # ratios were computed, not left as "-"

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
-from collections.abc import Awaitable, Iterator
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from skillstate.errors import UsageError
 
-__all__ = ["on_loop", "resolve"]
+__all__ = ["current_loop", "in_step_thread", "on_loop", "on_thread_of", "resolve"]
 
 T = TypeVar("T")
 
@@ -41,6 +44,49 @@ def on_loop(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
         _LOOP.reset(token)
 
 
+STEP_THREADS = 64
+"""Threads the synchronous parts of async-run steps share (more steps wait their turn)."""
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _step_executor() -> ThreadPoolExecutor:
+    global _executor  # noqa: PLW0603 - one pool per process, made on first use
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(STEP_THREADS, thread_name_prefix="skillstate-step")
+        return _executor
+
+
+async def in_step_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a step thread, with this context (as ``to_thread``).
+
+    Not the loop's default executor: a step thread waits for coroutines on the loop
+    (an async skill, a store call), and those may need the default executor
+    themselves (``to_thread`` in a tool, a DNS lookup when a pool connects). Were
+    steps in that executor, enough concurrent steps would hold every thread while
+    waiting for work queued behind them: a deadlock. Step threads only ever wait for
+    the loop, and the loop never waits for them.
+    """
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await loop.run_in_executor(_step_executor(), call)
+
+
+def current_loop() -> asyncio.AbstractEventLoop | None:
+    """The loop :func:`on_loop` set for this context, if any."""
+    return _LOOP.get()
+
+
+def on_thread_of(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether this thread is running ``loop`` (waiting for it here would deadlock)."""
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
 async def _awaited(value: Awaitable[T]) -> T:
     return await value
 
@@ -51,11 +97,7 @@ def resolve(value: Any) -> Any:
         return value
     loop = _LOOP.get()
     if loop is not None and loop.is_running():
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if on_thread_of(loop):
             # Waiting here would deadlock the loop the coroutine needs.
             raise UsageError(
                 "an async skill or tool was reached on the event loop's own thread; "

@@ -7,21 +7,26 @@ reason, unless ``SKILLSTATE_REQUIRE_SERVICES=1`` (set by CI), where they fail.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import os
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
+from skillstate.store.aio import AsyncStore, BlockingStore, open_async_store
 from skillstate.store.base import Store
 from skillstate.store.files import FilesStore
 from skillstate.store.memory import MemoryStore
 from skillstate.store.sqlite import SQLiteStore
 
 Factory = Callable[[Path], Store]
+T = TypeVar("T")
 
 
 def require_service(name: str, reachable: bool, reason: str) -> None:
@@ -152,7 +157,33 @@ def drop_postgres_schemas() -> None:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-SERVICE_BACKENDS = frozenset({"postgres", "redis"})
+# Async stores: the whole suite runs against each AsyncStore unchanged, through a
+# BlockingStore on one event loop that runs in a background thread for the session
+# (so every call is awaited on a loop, as under AsyncRuntime).
+
+
+@functools.cache
+def event_loop() -> asyncio.AbstractEventLoop:
+    """The async backends' event loop, running in a daemon thread until the process ends."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="contract-loop", daemon=True).start()
+    return loop
+
+
+def on_loop(call: Coroutine[Any, Any, T]) -> T:
+    """Run ``call`` on :func:`event_loop` and wait for its result."""
+    return asyncio.run_coroutine_threadsafe(call, event_loop()).result()
+
+
+def _async(url: Callable[[Path], str]) -> Factory:
+    def factory(tmp: Path) -> Store:
+        store: AsyncStore = on_loop(open_async_store(url(tmp)))
+        return BlockingStore(store, event_loop())
+
+    return factory
+
+
+SERVICE_BACKENDS = frozenset({"postgres", "redis", "postgres-async", "redis-async"})
 """Backends that need a server; ``pytest -m services`` selects their tests."""
 
 
@@ -162,6 +193,10 @@ BACKENDS: dict[str, Factory] = {
     "redis": redis_store,
     "postgres": postgres_store,
     "files": lambda tmp: FilesStore(tmp / "files"),
+    # open_async_store: a ThreadedStore for SQLite, the native async stores for the servers
+    "sqlite-async": _async(lambda tmp: f"sqlite:///{tmp / 'state.db'}"),
+    "postgres-async": _async(postgres_url_for),
+    "redis-async": _async(redis_url_for),
 }
 
 

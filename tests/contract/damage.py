@@ -10,8 +10,10 @@ it did not write.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
@@ -310,11 +312,69 @@ class RedisDamage:
         self._client(store).hset(self._key(store, "lease", task_id), "expires", value)
 
 
+class ThroughSync:
+    """An async backend's damage: the sync backend's, on a sync store over the same data.
+
+    The async store under test is reached through a ``BlockingStore``; the damage is
+    written by the synchronous store of the same kind opened on the same URL (the
+    same schema or key prefix), or, for a ``ThreadedStore``, by the store it wraps.
+    """
+
+    def __init__(self, damage: Damage) -> None:
+        self.damage = damage
+
+    @contextlib.contextmanager
+    def _sync(self, store: Store) -> Iterator[Store]:
+        from skillstate.store import open_store
+        from skillstate.store.aio import BlockingStore, ThreadedStore
+
+        inner = store.store if isinstance(store, BlockingStore) else store
+        if isinstance(inner, ThreadedStore):
+            yield inner.store
+            return
+        opened = open_store(store.url, create=False)
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+    def set_head(self, store: Store, task_id: str, text: str, *, rehash: bool = False) -> None:
+        with self._sync(store) as sync:
+            self.damage.set_head(sync, task_id, text, rehash=rehash)
+
+    def set_snapshot(self, store: Store, task_id: str, version: int, text: str) -> None:
+        with self._sync(store) as sync:
+            self.damage.set_snapshot(sync, task_id, version, text)
+
+    def set_patch(self, store: Store, task_id: str, version: int, text: str) -> None:
+        with self._sync(store) as sync:
+            self.damage.set_patch(sync, task_id, version, text)
+
+    def break_event(self, store: Store, task_id: str, version: int) -> None:
+        with self._sync(store) as sync:
+            self.damage.break_event(sync, task_id, version)
+
+    def drop_event(self, store: Store, task_id: str, version: int) -> None:
+        with self._sync(store) as sync:
+            self.damage.drop_event(sync, task_id, version)
+
+    def drop_checksums(self, store: Store, task_id: str) -> None:
+        with self._sync(store) as sync:
+            self.damage.drop_checksums(sync, task_id)
+
+    def damage_lease(self, store: Store, task_id: str, kind: LeaseDamage) -> None:
+        with self._sync(store) as sync:
+            self.damage.damage_lease(sync, task_id, kind)
+
+
 DAMAGE: dict[str, Damage] = {
     "memory": MemoryDamage(),
     "sqlite": SQLiteDamage(),
     "files": FilesDamage(),
     "postgres": PostgresDamage(),
     "redis": RedisDamage(),
+    "sqlite-async": ThroughSync(SQLiteDamage()),
+    "postgres-async": ThroughSync(PostgresDamage()),
+    "redis-async": ThroughSync(RedisDamage()),
 }
 """Each backend's way of damaging what it stored (keys as in ``backends.BACKENDS``)."""

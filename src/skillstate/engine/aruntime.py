@@ -17,6 +17,13 @@ same generator from an event loop:
   loop (see :mod:`skillstate._aio`), and ``await ctx.acall(...)`` gives tool calls
   per-call timeouts and retries with backoff.
 
+The store is either synchronous (a :class:`~skillstate.store.base.Store`: its calls
+run in those worker threads) or an :class:`~skillstate.store.aio.AsyncStore`
+(``await open_async_store(url)``): then each store call the step logic makes from its
+worker thread is submitted to the loop and awaited there
+(:class:`~skillstate.store.aio.BlockingStore`), so the PostgreSQL and Redis stores'
+connections live on the loop, one pool for every task it runs.
+
 So a hundred tasks on one loop wait for their models concurrently, while each
 task's commits stay exactly as safe as before (benchmarks/async_concurrency.py).
 """
@@ -25,10 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
-from skillstate._aio import on_loop
+from skillstate._aio import in_step_thread, on_loop
 from skillstate.engine.actions import Action
 from skillstate.engine.agent import Agent
 from skillstate.engine.policy import Decided
@@ -37,6 +45,7 @@ from skillstate.engine.runtime import Runtime, Steps
 from skillstate.engine.trace import traced_step, using
 from skillstate.errors import DecisionFailed
 from skillstate.state.model import AgentState
+from skillstate.store.aio import AsyncStore, BlockingStore, ThreadedStore
 from skillstate.store.base import Store
 
 __all__ = ["AsyncRuntime"]
@@ -52,11 +61,22 @@ class AsyncRuntime(Generic[S]):
 
     Takes the same arguments as :class:`Runtime` (``max_steps``, budgets, the stall
     guard, leases, ``tracer``...), and has the same methods, awaited. The store is
-    any :class:`~skillstate.store.base.Store`: its calls run in worker threads.
+    any :class:`~skillstate.store.base.Store` (its calls run in worker threads) or
+    :class:`~skillstate.store.aio.AsyncStore` (its calls are awaited on this loop).
     """
 
-    def __init__(self, agent: Agent[S], store: Store, **options: Any) -> None:
-        self.runtime: Runtime[S] = Runtime(agent, store, **options)
+    def __init__(self, agent: Agent[S], store: Store | AsyncStore, **options: Any) -> None:
+        self._store = store
+        # Both protocols name the same methods: only their coroutines tell them apart.
+        # A ThreadedStore is unwrapped: the step logic runs in a thread already.
+        sync: Store
+        if isinstance(store, ThreadedStore):
+            sync = store.store
+        elif is_async_store(store):
+            sync = BlockingStore(cast("AsyncStore", store))
+        else:
+            sync = cast("Store", store)
+        self.runtime: Runtime[S] = Runtime(agent, sync, **options)
         """The synchronous runtime whose step logic this one drives."""
 
     @property
@@ -64,8 +84,9 @@ class AsyncRuntime(Generic[S]):
         return self.runtime.agent
 
     @property
-    def store(self) -> Store:
-        return self.runtime.store
+    def store(self) -> Store | AsyncStore:
+        """The store as given."""
+        return self._store
 
     async def start(self, task_id: str, **fields: Any) -> S:
         """Create the task (version 1), as :meth:`Runtime.start`."""
@@ -166,21 +187,21 @@ class AsyncRuntime(Generic[S]):
         with on_loop(asyncio.get_running_loop()):
             done = False
             try:
-                done, value = await asyncio.to_thread(_advance, steps, None, None)
+                done, value = await in_step_thread(_advance, steps, None, None)
                 while not done:
                     try:
                         report = await self._step(value)
                     except BaseException as exc:  # into the loop: it releases its lease
-                        done, value = await asyncio.to_thread(_advance, steps, None, exc)
+                        done, value = await in_step_thread(_advance, steps, None, exc)
                         continue
                     if on_report is not None:
                         await on_report(report)
-                    done, value = await asyncio.to_thread(_advance, steps, report, None)
+                    done, value = await in_step_thread(_advance, steps, report, None)
                 result: R = value
                 return result
             finally:
                 if not done:  # cancelled between steps: release what the loop holds
-                    await asyncio.shield(asyncio.to_thread(_close, steps))
+                    await asyncio.shield(in_step_thread(_close, steps))
 
     async def _step(self, state: AgentState) -> StepReport[Any]:
         """One step: the decision awaited, the rest of the step in a worker thread."""
@@ -194,7 +215,7 @@ class AsyncRuntime(Generic[S]):
                     decided: Action | Decided | DecisionFailed = await self._decide(begun.view)
             except DecisionFailed as exc:
                 decided = exc
-            report = await asyncio.to_thread(runtime.conclude, state, begun, decided)
+            report = await in_step_thread(runtime.conclude, state, begun, decided)
             if tracer.enabled:
                 traced_step(span, report.event)
             return report
@@ -205,11 +226,19 @@ class AsyncRuntime(Generic[S]):
         if adecide is not None:
             decided: Action | Decided = await adecide(view)
             return decided
-        return await asyncio.to_thread(policy.decide, view)
+        return await in_step_thread(policy.decide, view)
 
     async def _thread(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         with using(self.runtime.tracer), on_loop(asyncio.get_running_loop()):
-            return await asyncio.to_thread(fn, *args, **kwargs)
+            return await in_step_thread(fn, *args, **kwargs)
+
+
+def is_async_store(store: object) -> bool:
+    """Whether ``store`` keeps the :class:`AsyncStore` protocol (its ``commit`` is awaited).
+
+    Both protocols name the same methods, so ``isinstance`` cannot tell them apart.
+    """
+    return inspect.iscoroutinefunction(getattr(store, "commit", None))
 
 
 def _advance(

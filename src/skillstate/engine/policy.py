@@ -17,12 +17,12 @@ measures the context strategy and nothing else.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+from skillstate._aio import in_step_thread
 from skillstate.engine import trace
 from skillstate.engine.actions import Action, reply_budget, validate_decision
 from skillstate.errors import ActionRejected, DecisionFailed, UsageError
@@ -177,7 +177,7 @@ class ModelPolicy:
         provider has one, else its ``complete`` in a thread): the same repair loop."""
         calls = self.calls(view)
         # Building the messages may read the event log (a history policy): off the loop.
-        request = await asyncio.to_thread(next, calls)
+        request = await in_step_thread(next, calls)
         while True:
             try:
                 request = calls.send(await self._acomplete(request))

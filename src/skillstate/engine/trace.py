@@ -46,7 +46,7 @@ __all__ = [
 Attributes = Mapping[str, Any]
 
 METRICS: Mapping[str, str] = {
-    "skillstate.steps": "steps committed, by outcome (ok, failed, refused, invalid)",
+    "skillstate.steps": "steps committed, by outcome (ok, failed, invalid)",
     "skillstate.failures": "failed skill attempts, by error kind",
     "skillstate.retries": "skill attempts beyond the first",
     "skillstate.tokens": "model tokens, by type (input, output)",
