@@ -49,7 +49,9 @@ __all__ = [
     "generate_key",
     "is_sealed",
     "mask",
+    "open_text",
     "seal",
+    "seal_text",
     "secret_values",
     "sensitive_fields",
     "unseal",
@@ -252,6 +254,28 @@ def generate_key() -> str:
     from cryptography.fernet import Fernet
 
     return Fernet.generate_key().decode("ascii")
+
+
+def seal_text(name: str, text: str) -> str | None:
+    """``text`` sealed under the current ``SKILLSTATE_KEY``, as a stored token
+    (``enc:v1:...``); ``None`` when no key is set.
+
+    For values outside a state card (a LangGraph channel): ``name`` is what the value
+    is, so that sealing an unchanged value again gives the same token (no delta, no
+    diff), as it does for a card's fields.
+    """
+    ring = _keyring()
+    return None if ring is None else PREFIX + ring.encrypt(name, text)
+
+
+def open_text(name: str, token: str) -> str | None:
+    """The text a :func:`seal_text` token holds; ``None`` when no key is set.
+
+    Raises :class:`~skillstate.errors.SecretKeyMissing` when no key set matches the
+    token. ``token`` must be sealed (:func:`is_sealed`).
+    """
+    ring = _keyring()
+    return None if ring is None else ring.decrypt(name, token[len(PREFIX) :])
 
 
 # ---------------------------------------------------------------- documents

@@ -35,7 +35,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from skillstate import _json
 from skillstate.errors import SecretKeyMissing
-from skillstate.state.secrets import ENV_KEY, PREFIX, _keyring, is_sealed
+from skillstate.state.secrets import ENV_KEY, is_sealed, open_text, seal_text
 
 __all__ = ["TAG", "Codec", "Undecodable"]
 
@@ -137,23 +137,22 @@ def _text_ok(text: str) -> bool:
 
 
 def _seal(channel: str, encoded: Any) -> dict[str, str]:
-    ring = _keyring()
-    if ring is None:
+    # An unchanged value sealed again gives the same token, so it makes no delta.
+    token = seal_text(channel, _json.dumps(encoded))
+    if token is None:
         raise SecretKeyMissing(
             f"channel {channel!r} is sensitive: set {ENV_KEY} to store it encrypted "
             "(make one with `skillstate keygen`)"
         )
-    # The keyring remembers the token of each (channel, text): an unchanged value
-    # sealed again gives the same ciphertext, so it makes no delta.
-    return {TAG: SEALED, "token": PREFIX + ring.encrypt(channel, _json.dumps(encoded))}
+    return {TAG: SEALED, "token": token}
 
 
 def _open(channel: str, token: Any) -> Any:
     if not is_sealed(token):
         raise Undecodable(f"sealed value of channel {channel!r} is not a token")
-    ring = _keyring()
-    if ring is None:
+    text = open_text(channel, str(token))
+    if text is None:
         raise SecretKeyMissing(
             f"channel {channel!r} is encrypted: set {ENV_KEY} to the key it was stored with"
         )
-    return _json.loads(ring.decrypt(channel, str(token)[len(PREFIX) :]))
+    return _json.loads(text)
