@@ -10,7 +10,6 @@ native async store, and what using an async store wrongly does.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,11 +19,17 @@ from typing import Any
 import pytest
 
 from skillstate import Runtime
-from skillstate.engine.aruntime import AsyncRuntime, is_async_store
+from skillstate.engine.aruntime import AsyncRuntime
 from skillstate.errors import InvalidStoreURL, StoreNotFound, UsageError
 from skillstate.examples.ledger import agent as ledger_agent
 from skillstate.examples.ticket import agent as ticket_agent
-from skillstate.store.aio import AsyncStore, BlockingStore, ThreadedStore, open_async_store
+from skillstate.store.aio import (
+    AsyncStore,
+    BlockingStore,
+    ThreadedStore,
+    is_async_store,
+    open_async_store,
+)
 from skillstate.store.memory import MemoryStore
 from skillstate.store.sqlite import SQLiteStore
 from tests.contract.backends import (
@@ -34,6 +39,7 @@ from tests.contract.backends import (
     redis_url_for,
 )
 from tests.test_async_runtime import SlowModel, count_agent
+from tests.test_docs import run_example
 
 URLS: dict[str, Callable[[Path], str]] = {
     "sqlite": lambda tmp: f"sqlite:///{tmp / 'state.db'}",
@@ -218,31 +224,10 @@ def test_steps_never_starve_the_loops_default_executor() -> None:
 
 def test_the_docs_example_runs_and_a_second_run_changes_nothing(tmp_path: Path) -> None:
     """docs/integrations/asyncio.md's complete example, as a script, twice."""
-    import re
-    import subprocess
-    import sys
-
     doc = Path(__file__).resolve().parents[1] / "docs" / "integrations" / "asyncio.md"
-    block = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)[0]
-    script = tmp_path / "many_tickets.py"
-    script.write_text(block, encoding="utf-8")
-
-    def run() -> list[str]:
-        result = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-            env={k: v for k, v in os.environ.items() if k != "SKILLSTATE_STORE"},
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        return result.stdout.splitlines()
-
-    first = run()
+    first = run_example(doc, tmp_path, "many_tickets.py")
     assert first[0] == "['completed']"
     assert first[1] == "2 ask_user"
     assert first[-2:] == ["10 finish", "51 tasks"]
-    assert run() == ["['completed']", "51 tasks"]
+    assert run_example(doc, tmp_path, "many_tickets.py") == ["['completed']", "51 tasks"]
     assert (tmp_path / "tickets.db").exists()

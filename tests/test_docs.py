@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,25 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
+
+
+def run_example(path: Path, directory: Path, name: str) -> list[str]:
+    """Run ``path``'s first python block as the script ``name`` in ``directory`` (a fresh
+    interpreter, as a reader would; ``$SKILLSTATE_STORE`` unset) and return its lines."""
+    script = directory / name
+    if not script.exists():
+        script.write_text(python_blocks(path)[0], encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "SKILLSTATE_STORE"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.splitlines()
 
 
 def test_readme_quickstart_has_exactly_two_commands() -> None:

@@ -44,6 +44,7 @@ from tests.contract.backends import (
     postgres_url_for,
     redis_url_for,
 )
+from tests.test_docs import run_example
 
 URLS: dict[str, Callable[[Path], str]] = {
     "memory": lambda tmp: "memory://",
@@ -506,23 +507,7 @@ def test_from_url_owns_its_store(tmp_path: Path) -> None:
 def test_docs_example_runs(tmp_path: Path) -> None:
     """docs/integrations/langgraph.md's complete example runs as a script and prints
     what its comments say."""
-    import re
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
-    doc = root / "docs" / "integrations" / "langgraph.md"
-    block = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)[0]
-    script = tmp_path / "refund_graph.py"
-    script.write_text(block, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines() == ["{'question': 'Refund 40 EUR?'}", "True 2", "True"]
+    doc = Path(__file__).resolve().parents[1] / "docs" / "integrations" / "langgraph.md"
+    lines = run_example(doc, tmp_path, "refund_graph.py")
+    assert lines == ["{'question': 'Refund 40 EUR?'}", "True 2", "True"]
     assert (tmp_path / "refunds.db").exists()

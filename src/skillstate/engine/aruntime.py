@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar, cast
 
@@ -45,7 +44,7 @@ from skillstate.engine.runtime import Runtime, Steps
 from skillstate.engine.trace import traced_step, using
 from skillstate.errors import DecisionFailed
 from skillstate.state.model import AgentState
-from skillstate.store.aio import AsyncStore, BlockingStore, ThreadedStore
+from skillstate.store.aio import AsyncStore, BlockingStore, ThreadedStore, is_async_store
 from skillstate.store.base import Store
 
 __all__ = ["AsyncRuntime"]
@@ -231,14 +230,6 @@ class AsyncRuntime(Generic[S]):
     async def _thread(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         with using(self.runtime.tracer), on_loop(asyncio.get_running_loop()):
             return await in_step_thread(fn, *args, **kwargs)
-
-
-def is_async_store(store: object) -> bool:
-    """Whether ``store`` keeps the :class:`AsyncStore` protocol (its ``commit`` is awaited).
-
-    Both protocols name the same methods, so ``isinstance`` cannot tell them apart.
-    """
-    return inspect.iscoroutinefunction(getattr(store, "commit", None))
 
 
 def _advance(

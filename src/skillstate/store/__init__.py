@@ -59,9 +59,15 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     if not sep or scheme not in _BACKENDS:
         known = ", ".join(f"{s}://" for s in _BACKENDS)
         raise InvalidStoreURL(f"unsupported store URL {url!r}; expected one of: {known}")
-    module_name, _, attr = _BACKENDS[scheme].partition(":")
-    target: object = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    factory = cast("Callable[..., Store]", target)
+    factory = cast("Callable[..., Store]", import_target(_BACKENDS[scheme]))
     return factory(url, create=create)
+
+
+def import_target(target: str) -> object:
+    """What a ``"module:attr.attr"`` target names, its module imported now (not before:
+    a backend's driver is imported only when its URL is opened)."""
+    module_name, _, attr = target.partition(":")
+    found: object = importlib.import_module(module_name)
+    for part in attr.split("."):
+        found = getattr(found, part)
+    return found

@@ -26,15 +26,16 @@ a native async store.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from skillstate._aio import current_loop, on_thread_of
 from skillstate.errors import UsageError
 from skillstate.events import Event
 from skillstate.store.base import Checkpoint, CheckpointInfo, HeadInfo, Lease, PruneResult, Store
 
-__all__ = ["AsyncStore", "BlockingStore", "ThreadedStore", "open_async_store"]
+__all__ = ["AsyncStore", "BlockingStore", "ThreadedStore", "is_async_store", "open_async_store"]
 
 T = TypeVar("T")
 
@@ -335,18 +336,19 @@ async def open_async_store(url: str | None = None, *, create: bool = True) -> As
     ``memory://``) open their synchronous store in a :class:`ThreadedStore`. The
     URL and ``create`` mean what they mean for ``open_store``.
     """
-    import importlib
-
-    from skillstate.store import default_store_url, open_store
+    from skillstate.store import default_store_url, import_target, open_store
 
     url = url or default_store_url()
-    scheme = url.partition("://")[0]
-    target = _NATIVE.get(scheme)
+    target = _NATIVE.get(url.partition("://")[0])
     if target is None:
         return ThreadedStore(await asyncio.to_thread(open_store, url, create=create))
-    module_name, _, attr = target.partition(":")
-    opener: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        opener = getattr(opener, part)
-    store: AsyncStore = await opener(url, create=create)
-    return store
+    opener = cast("Callable[..., Awaitable[AsyncStore]]", import_target(target))
+    return await opener(url, create=create)
+
+
+def is_async_store(store: object) -> bool:
+    """Whether ``store`` keeps the :class:`AsyncStore` protocol (its ``commit`` is awaited).
+
+    Both protocols name the same methods, so ``isinstance`` cannot tell them apart.
+    """
+    return inspect.iscoroutinefunction(getattr(store, "commit", None))
