@@ -15,7 +15,8 @@ one task alone takes about ``(steps + 1) x latency``. Measured in the same run:
 
 * one task alone on the loop;
 * ``--tasks`` tasks at once on the loop (``asyncio.gather``): the target is a small
-  multiple of one task's time, not ``--tasks`` times it;
+  multiple of one task's time, not ``--tasks`` times it; for PostgreSQL and Redis
+  also with their synchronous store, called from the step threads directly;
 * the same tasks one after another through the synchronous ``Runtime`` (what a
   loop without ``AsyncRuntime`` would do, blocking on each model call), on SQLite.
 
@@ -33,7 +34,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -43,7 +44,9 @@ from skillstate.engine.aruntime import AsyncRuntime
 from skillstate.engine.policy import StatePolicy
 from skillstate.errors import StoreError
 from skillstate.llm.base import Completion, Message, Usage
-from skillstate.store.aio import AsyncStore, open_async_store
+from skillstate.store import open_store
+from skillstate.store.aio import AsyncStore, is_async_store, open_async_store
+from skillstate.store.base import Store
 from skillstate.store.sqlite import SQLiteStore
 
 POSTGRES = os.environ.get("SKILLSTATE_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -142,9 +145,15 @@ def drop(name: str, tag: str) -> None:
             client.close()
 
 
-async def measure(built: Agent[Counter], url: str, tasks: int, steps: int) -> tuple[float, float]:
-    """(one task alone, ``tasks`` at once) on one loop and one async store."""
-    store: AsyncStore = await open_async_store(url)
+async def measure(
+    built: Agent[Counter], url: str, tasks: int, steps: int, *, native: bool = True
+) -> tuple[float, float]:
+    """(one task alone, ``tasks`` at once) on one loop and one store: the async store
+    the URL opens, or with ``native=False`` its synchronous store (called from the
+    step threads directly)."""
+    store: AsyncStore | Store = (
+        await open_async_store(url) if native else await asyncio.to_thread(open_store, url)
+    )
     try:
         runtime = AsyncRuntime(built, store)
         await concurrent(runtime, ["warm-up"], steps)  # imports, threads, connections
@@ -152,7 +161,24 @@ async def measure(built: Agent[Counter], url: str, tasks: int, steps: int) -> tu
         many = await concurrent(runtime, [f"t{i}" for i in range(tasks)], steps)
         return one, many
     finally:
-        await store.close()
+        if is_async_store(store):
+            await cast("AsyncStore", store).close()
+        else:
+            cast("Store", store).close()
+
+
+def sequential(built: Agent[Counter], path: Path, tasks: int, steps: int) -> tuple[int, float]:
+    """(tasks run, seconds per task) one after another through the synchronous Runtime."""
+    store = SQLiteStore(path)
+    sync = Runtime(built, store)
+    ids = [f"s{i}" for i in range(min(tasks, 10))]
+    started = time.perf_counter()
+    for task_id in ids:
+        sync.start(task_id, target=steps)
+        sync.run(task_id)
+    per_task = (time.perf_counter() - started) / len(ids)
+    store.close()
+    return len(ids), per_task
 
 
 def main() -> None:
@@ -175,40 +201,34 @@ def main() -> None:
     rows: list[tuple[str, str, str]] = []
     alone: dict[str, float] = {}  # store -> one task's time
     ratios: list[str] = []
-    for name in names:
+    # Each server-backed store twice: native async, then its sync store in the step
+    # threads (what the async store is measured against).
+    runs = [(n, True) for n in names] + [(n, False) for n in names if n != "sqlite"]
+    for name, native in runs:
+        label = name if native or name == "sqlite" else f"{name} (sync store)"
         tag = f"bench_async_{uuid.uuid4().hex[:10]}"
         try:
             one, many = asyncio.run(
-                measure(built, store_url(name, root, tag), args.tasks, args.steps)
+                measure(built, store_url(name, root, tag), args.tasks, args.steps, native=native)
             )
         except (StoreError, ImportError) as exc:
-            print(f"{name}: skipped ({' '.join(str(exc).split())})")
+            print(f"{label}: skipped ({' '.join(str(exc).split())})")
             continue
         finally:
             drop(name, tag)
-        alone[name] = one
-        rows.append((f"{name}: one task alone", f"{one:.2f} s", "1.00x"))
-        rows.append(
-            (f"{name}: {args.tasks} tasks at once, one loop", f"{many:.2f} s", f"{many / one:.2f}x")
-        )
-        ratios.append(f"{name} {many / one:.2f}x")
+        alone.setdefault(name, one)
+        rows.append((f"{label}: one task alone", f"{one:.2f} s", "1.00x"))
+        at_once = f"{label}: {args.tasks} tasks at once, one loop"
+        rows.append((at_once, f"{many:.2f} s", f"{many / one:.2f}x"))
+        ratios.append(f"{label} {many / one:.2f}x")
     if not rows:
         raise SystemExit("no store could be measured")
-    store = SQLiteStore(root / "sync.db")
-    sync = Runtime(built, store)
-    sequential_ids = [f"s{i}" for i in range(min(args.tasks, 10))]
-    started = time.perf_counter()
-    for task_id in sequential_ids:
-        sync.start(task_id, target=args.steps)
-        sync.run(task_id)
-    per_task_sync = (time.perf_counter() - started) / len(sequential_ids)
-    store.close()
+    count, per_task_sync = sequential(built, root / "sync.db", args.tasks, args.steps)
     # Against SQLite's one task when it was measured (the sequential run is on SQLite).
     base = alone.get("sqlite", next(iter(alone.values())))
     rows.append(
         (
-            f"{args.tasks} tasks one after another (Runtime on SQLite, extrapolated from "
-            f"{len(sequential_ids)})",
+            f"{args.tasks} tasks one after another (Runtime on SQLite, extrapolated from {count})",
             f"{per_task_sync * args.tasks:.2f} s",
             f"{per_task_sync * args.tasks / base:.2f}x",
         )
