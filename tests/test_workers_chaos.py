@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -17,8 +18,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from benchmarks.workers_chaos import Chaos, Result, chaos_run
 
 from skillstate import Runtime
 from skillstate.effects import files
@@ -45,8 +48,9 @@ pytestmark = pytest.mark.services
 
 RABBIT = os.environ.get("SKILLSTATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 REDIS_BROKER = REDIS_URL.rsplit("/", 1)[0] + "/7"  # a db of its own, apart from the stores
-VISIBILITY = 8.0
-"""Redis broker: a killed worker's message comes back after this many seconds."""
+VISIBILITY = 4.0
+"""Redis broker: a killed worker's message comes back after this many seconds (and
+at most a second more: the workers look every quarter of it)."""
 TTL = "3"
 
 
@@ -137,60 +141,103 @@ def _statuses(store: Store) -> dict[str, str | None]:
     return {head.task_id: head.status for head in store.heads()}
 
 
-@pytest.mark.parametrize("setup", PAIRS, indirect=True, ids=["postgres+rabbitmq", "redis+redis"])
-def test_chaos_kill_9_loses_nothing_and_runs_nothing_twice(
-    setup: tuple[str, str, str], tmp_path: Path
+def _chaos(store_url: str, broker: str, tmp_path: Path, **options: Any) -> Result:
+    """One :func:`benchmarks.workers_chaos.chaos_run`; fails with the workers' log tail
+    unless every task completed, none was duplicated, stranded or rescued."""
+    chaos = Chaos(store_url, broker, visibility=VISIBILITY, lease_ttl=float(TTL), **options)
+    result = chaos_run(chaos, tmp_path)
+    print(f"\n{result.line()}")
+    assert result.ok, f"{result.line()}\nworker logs:\n{result.log_tail}"
+    assert result.lost == []
+    return result
+
+
+def test_the_reported_run_strands_no_task(tmp_path: Path) -> None:
+    """Issue 24 as reported: 20 ledger tasks x 30 entries on 2 workers with ``--slice 5``,
+    a Redis broker and a Postgres store, tasks submitted one by one while the workers
+    run. The queue stays short, so a slice's continuation reaches the idle worker while
+    its sender still holds the lease; before the hand-over that worker answered "held"
+    and dropped it, and 6 (here 7) of 20 tasks stayed ``running`` for good."""
+    store_url, broker = postgres_url_for(tmp_path), _broker("redis")
+    try:
+        _chaos(store_url, broker, tmp_path, tasks=20, entries=30, workers=2, slice_steps=5,
+               submit_every=0.5, quiet=20.0, label="reported")  # fmt: skip
+    finally:
+        drop_postgres_schemas()
+
+
+MATRIX = [
+    pytest.param(broker, slice_steps, kills, id=f"{broker}-slice{slice_steps}-{kind}")
+    for broker in ("redis", "rabbitmq")
+    for slice_steps in (1, 5)
+    for kills, kind in ((False, "calm"), (True, "kill9"))
+]
+
+
+@pytest.mark.parametrize(("broker_name", "slice_steps", "kills"), MATRIX)
+def test_chaos_every_task_completes_once(
+    broker_name: str, slice_steps: int, kills: bool, tmp_path: Path
 ) -> None:
-    """3 workers, 100 ledger tasks at once, a worker kill -9'd every few seconds."""
+    """3 workers, small slices, fast steps, tasks trickling in once the workers are up
+    (a short queue: most workers are idle when a continuation is sent, so hand-overs
+    race), with or without kill -9 of random workers (2 or 3, once the workers commit;
+    the tasks are longer then, so the kills land mid-task): every task completed with
+    its ledger lines once each, nothing stranded, no rescue needed (the sweeper is off).
+
+    Redis brokers run on a Postgres store, RabbitMQ ones on a Redis store."""
+    broker = _broker(broker_name)
+    store_url = (postgres_url_for if broker_name == "redis" else redis_url_for)(tmp_path)
+    size: dict[str, Any] = {"entries": 10, "step_delay": 0.02}
+    if kills:
+        size = {"entries": 20, "step_delay": 0.05, "kills": True, "min_kills": 2,
+                "max_kills": 3, "kill_every": (0.7, 1.5)}  # fmt: skip
+    try:
+        result = _chaos(store_url, broker, tmp_path, tasks=10, workers=3, submit_every=0.3,
+                        slice_steps=slice_steps, quiet=20.0,
+                        label=f"{broker_name} slice {slice_steps}", **size)  # fmt: skip
+    finally:
+        drop_postgres_schemas()
+        drop_redis_data()
+    assert result.kills in ({2, 3} if kills else {0})
+    if kills:  # some kill landed while a worker held a task: a takeover, noted
+        assert result.takeovers >= 1
+
+
+@pytest.mark.parametrize("setup", [("postgres", "redis")], indirect=True, ids=["pg+redis"])
+def test_the_sweeper_rescues_a_stranded_task(setup: tuple[str, str, str], tmp_path: Path) -> None:
+    """A task left running with no lease and no message (as the hand-over bug left them):
+    a worker's sweeper requeues it, logs a WARNING naming it, and it completes; a task
+    whose message is only waiting is sent a duplicate that changes nothing."""
     store_url, broker, queue = setup
     store = open_store(store_url)
     path = str(tmp_path / "ledger.txt")
-    tasks, target = [f"c{i:03d}" for i in range(100)], 4
     runtime = Runtime(ledger.agent, store)
-    for task in tasks:
-        # Steps slow enough (100 ms) that the run outlasts several kills even when
-        # the workers are fast; the kills then land mid-step, inside effects.
-        runtime.start(task, ledger=path, target=target, step_delay=0.1)
-    app = make_app(broker, visibility_timeout=VISIBILITY)
-    for task in tasks:
-        enqueue(app, Message(task, 1, queue=queue))
-    app.close()
-    fleet = Fleet(broker, store_url, queue, tmp_path, "--lease-ttl", TTL, "--slice", "2",
-                  "--max-crashes", "50", "--visibility-timeout", str(VISIBILITY))  # fmt: skip
-    for _ in range(3):
-        fleet.start()
-    began = time.monotonic()
+    runtime.start("lost", ledger=path, target=3)
+    runtime.run("lost", max_steps=2)  # then nobody sends its next message
+    runtime.start("late", ledger=path, target=3)
+    fleet = Fleet(broker, store_url, queue, tmp_path, "--sweep-every", "0.5",
+                  "--sweep-after", "2", "--lease-ttl", TTL)  # fmt: skip
+    fleet.start()
     try:
-        next_kill = time.monotonic() + random.uniform(1, 2)
-        end = time.monotonic() + 300
-        while True:
-            statuses = _statuses(store)
-            completed = sum(s == "completed" for s in statuses.values())
-            if completed == len(tasks):
-                break
-            assert time.monotonic() < end, f"{completed}/100 completed:\n{fleet.log()[-4000:]}"
-            # At least three kills, however fast the workers are; then none in the last 10%.
-            if time.monotonic() >= next_kill and (completed < len(tasks) * 0.9 or fleet.kills < 3):
-                fleet.kill_one()
-                fleet.start()
-                next_kill = time.monotonic() + random.uniform(2, 4)
-            time.sleep(0.3)
-        elapsed = time.monotonic() - began
-        _wait("every lease released", lambda: all(store.lease(t) is None for t in tasks), 60, fleet)
+        _wait("the rescue", lambda: _statuses(store).get("lost") == "completed", 120, fleet)
+        _wait("late rescued", lambda: "rescued stranded task late " in fleet.log(), 120, fleet)
+        app = make_app(broker)
+        enqueue(app, Message("late", 1, queue=queue))  # its own message, only late
+        app.close()
+        _wait("late completed", lambda: _statuses(store).get("late") == "completed", 120, fleet)
+        _wait("both late's messages judged",
+              lambda: fleet.log().count("task late (message v1): ") >= 2, 60, fleet)  # fmt: skip
     finally:
         fleet.stop()
-    lines: dict[str, list[str]] = {task: [] for task in tasks}
-    for key, line in files.entries(path):
-        lines[key.split(":", 1)[0]].append(line)
-    duplicated = sum(len(v) - len(set(v)) for v in lines.values())
-    wrong = [t for t, v in lines.items() if sorted(v) != [f"entry {n}" for n in range(1, 5)]]
-    takeovers = sum(1 for t in tasks for e in runtime.load(t).errors if e.kind == "worker_lost")
-    print(f"\nchaos {setup}: {fleet.kills} kills, {takeovers} takeovers mid-task, "
-          f"{duplicated} duplicated lines, {len(wrong)} wrong ledgers, {elapsed:.1f}s")  # fmt: skip
-    assert duplicated == 0
-    assert wrong == []
-    assert fleet.kills >= 3, "the chaos loop must have killed workers"
-    assert takeovers >= 1, "some kill must have landed mid-task (a lease left behind)"
+    log = fleet.log()
+    assert re.search(r"WARNING.*rescued stranded task lost ", log), log[-3000:]
+    assert re.search(r"task late \(message v1\): (held|stale)", log), log[-3000:]
+    assert [line for key, line in files.entries(path) if key.startswith("lost:")] == [
+        f"entry {n}" for n in range(1, 4)
+    ]
+    assert [line for key, line in files.entries(path) if key.startswith("late:")] == [
+        f"entry {n}" for n in range(1, 4)
+    ]
     store.close()
 
 

@@ -79,11 +79,21 @@ def _head(tmp_path: Path, task_id: str) -> dict[str, Any]:
         store.close()
 
 
+def _tasks(tmp_path: Path) -> list[str]:
+    store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        return store.tasks()
+    finally:
+        store.close()
+
+
 def _parked_ticket(tmp_path: Path) -> int:
     """Ticket t1 waiting for the user's description; returns its version."""
     store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        result = Runtime(ticket.agent, store).run("t1")
+        runtime = Runtime(ticket.agent, store)
+        runtime.start("t1")
+        result = runtime.run("t1")
         assert result.stopped == "waiting_user"
         return result.state.version
     finally:
@@ -147,6 +157,19 @@ class TestSubmit:
         assert "--input refused" in err
         assert _messages(queue) == []
 
+    def test_a_set_value_with_a_control_character_writes_nothing(
+        self, tmp_path: Path, queue: str
+    ) -> None:
+        """``submit --set`` checks values as ``run --set`` and ``set`` do (it did not)."""
+        code, _, err = _cli(
+            tmp_path, "submit", TICKET, "--task-id", "s3", "--queue", queue,
+            "--set", 'description="a\\u001bb"', broker=RABBIT,
+        )  # fmt: skip
+        assert code == 2, err
+        assert "control character" in err
+        assert _messages(queue) == []
+        assert not (tmp_path / "state.db").exists() or "s3" not in _tasks(tmp_path)
+
 
 class TestReply:
     def test_with_a_broker_it_commits_and_enqueues(self, tmp_path: Path, queue: str) -> None:
@@ -196,4 +219,77 @@ class TestRequeue:
         assert code == 2
         assert "not dead-lettered" in err
         assert _head(tmp_path, "t1")["version"] == parked
+        assert _messages(queue) == []
+
+
+class TestRequeueStranded:
+    def _tasks(self, tmp_path: Path) -> None:
+        """s1 created and s2 mid-run, both with no lease and no message; t1 waiting."""
+        store = open_store(f"sqlite:///{tmp_path / 'state.db'}")
+        try:
+            runtime = Runtime(ledger.agent, store)
+            runtime.start("s1", ledger=str(tmp_path / "ledger.txt"), target=3)
+            runtime.start("s2", ledger=str(tmp_path / "ledger.txt"), target=3)
+            runtime.run("s2", max_steps=2)
+        finally:
+            store.close()
+        _parked_ticket(tmp_path)
+
+    def test_every_stranded_task_is_sent_and_printed(self, tmp_path: Path, queue: str) -> None:
+        self._tasks(tmp_path)
+        code, out, err = _cli(
+            tmp_path, "requeue", "--stranded", "--older-than", "0", "--queue", queue,
+            "--broker", RABBIT,
+        )  # fmt: skip
+        assert code == 0, err
+        assert "requeued s1 (created, v1, no lease" in out
+        assert "requeued s2 (running, " in out
+        assert "2 stranded task(s) requeued" in out
+        sent = sorted((args, kwargs) for args, kwargs, _ in _messages(queue))
+        assert [args for args, _ in sent] == [["s1", 1], ["s2", _head(tmp_path, "s2")["version"]]]
+        # Each names the sweeper's lease that holds its task until a worker takes it over.
+        assert all(kwargs["after"].startswith("sweeper@") for _, kwargs in sent)
+        code, out, err = _cli(
+            tmp_path, "requeue", "--stranded", "--older-than", "0", "--queue", queue,
+            "--broker", RABBIT,
+        )  # fmt: skip
+        assert code == 0, err
+        assert "0 stranded task(s) requeued" in out  # held for their messages: not again
+        assert _messages(queue) == []
+
+    def test_json_and_the_threshold(self, tmp_path: Path, queue: str) -> None:
+        self._tasks(tmp_path)
+        code, out, err = _cli(
+            tmp_path, "requeue", "--stranded", "--json", "--queue", queue, "--broker", RABBIT
+        )
+        assert code == 0, err
+        assert json.loads(out) == {"queue": queue, "requeued": []}  # 600 s by default
+        assert _messages(queue) == []
+        code, out, err = _cli(
+            tmp_path, "requeue", "--stranded", "--json", "--older-than", "0", "--queue", queue,
+            "--broker", RABBIT,
+        )  # fmt: skip
+        assert code == 0, err
+        found = json.loads(out)["requeued"]
+        assert [(t["task_id"], t["status"]) for t in found] == [
+            ("s1", "created"),
+            ("s2", "running"),
+        ]
+        assert [t["lease_holder"] for t in found] == [None, None]  # none was left to them
+        assert len(_messages(queue)) == 2
+
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["requeue"],
+            ["requeue", "s1", "--stranded"],
+            ["requeue", "s1", "--json"],
+        ],
+    )
+    def test_a_task_or_stranded(self, tmp_path: Path, queue: str, args: list[str]) -> None:
+        self._tasks(tmp_path)
+        code, _, err = _cli(tmp_path, *args, "--queue", queue, "--broker", RABBIT)
+        assert code == 2
+        assert "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err
         assert _messages(queue) == []

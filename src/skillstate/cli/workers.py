@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from skillstate.cli._app import InputOpt, StoreOpt, TaskArg, TaskIdOpt, app
-from skillstate.cli._common import _new_task_id, _parse_assignments, _store
+from skillstate.cli._app import InputOpt, JsonOpt, StoreOpt, TaskIdOpt, app
+from skillstate.cli._common import _card_fields, _new_task_id, _queued_inputs, _store
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -69,6 +69,24 @@ def worker(
             help="Redis brokers: seconds before an unacknowledged message is delivered again.",
         ),
     ] = 300.0,
+    sweep_every: Annotated[
+        float,
+        typer.Option(
+            "--sweep-every",
+            min=0.0,
+            help="Seconds between two looks for stranded tasks (running, no live lease, no "
+            "commit for --sweep-after); each is requeued and logged as a WARNING. 0: off.",
+        ),
+    ] = 60.0,
+    sweep_after: Annotated[
+        float,
+        typer.Option(
+            "--sweep-after",
+            min=1.0,
+            help="Seconds without a commit before a running task with no live lease is "
+            "stranded. Keep it above the longest wait in the queue and the provider backoff.",
+        ),
+    ] = 600.0,
     loglevel: Annotated[str, typer.Option("--loglevel", help="Celery's log level.")] = "INFO",
 ) -> None:
     """Start a Celery worker that advances skillstate tasks (SIGTERM: finish the step, stop)."""
@@ -84,6 +102,8 @@ def worker(
         slice_steps=slice_steps,
         lease_ttl=lease_ttl,
         max_crashes=max_crashes,
+        sweep_every=sweep_every,
+        sweep_after=sweep_after,
         agents=frozenset(agent or ()),
     )
     names = [q for given in (queues or [DEFAULT_QUEUE]) for q in given.split(",") if q]
@@ -134,7 +154,7 @@ def submit(
             raise UsageError(
                 f"task {task!r} already exists; requeue it with: skillstate requeue {task}"
             )
-        fields = _parse_assignments(set_) if set_ else {}
+        fields = _card_fields(set_) if set_ else {}
         if input:
             fields.update(_queued_inputs(loaded, input, fields))
         created = Runtime(loaded, db).start(task, **fields)
@@ -146,12 +166,40 @@ def submit(
 
 @app.command()
 def requeue(
-    task_id: TaskArg,
+    task_id: Annotated[
+        str | None, typer.Argument(help="Task id (or --stranded).", show_default=False)
+    ] = None,
     broker: BrokerOpt = None,
     store: StoreOpt = None,
     queue: QueueOpt = "skillstate",
+    stranded: Annotated[
+        bool,
+        typer.Option(
+            "--stranded",
+            help="Requeue every task left running (or created) with no live lease and no "
+            "commit for --older-than seconds, and print them.",
+        ),
+    ] = False,
+    older_than: Annotated[
+        float,
+        typer.Option("--older-than", min=0.0, help="With --stranded: seconds without a commit."),
+    ] = 600.0,
+    json_: JsonOpt = False,
 ) -> None:
-    """Send a task to the workers again: a dead-lettered one is reopened first."""
+    """Send a task to the workers again: a dead-lettered one is reopened first.
+
+    ``--stranded`` sends every stranded task instead (what each worker's sweeper does
+    every ``--sweep-every`` seconds). A task that turns out not to be stranded gets a
+    duplicate message, which the workers drop."""
+    from skillstate.errors import UsageError
+
+    if stranded == (task_id is not None):
+        raise UsageError("name a task to requeue, or pass --stranded (not both)")
+    if task_id is None:
+        _requeue_stranded(broker, store, queue, older_than, json_)
+        return
+    if json_:
+        raise UsageError("--json goes with --stranded")
     from skillstate.cli._common import _agent_for
     from skillstate.engine.runtime import Runtime
     from skillstate.workers.crashes import reopen
@@ -167,19 +215,37 @@ def requeue(
     typer.echo(f"requeued {task_id} (version {state.version}, {state.status.value}) to {queue}")
 
 
-def _queued_inputs(agent: Any, texts: list[str], fields: dict[str, object]) -> dict[str, object]:
-    """The card field that gives ``texts`` to the task's questions, checked as replies."""
-    from skillstate.errors import UsageError
-    from skillstate.limits import problem
+def _requeue_stranded(
+    broker: str | None, store: str | None, queue: str, older_than: float, as_json: bool
+) -> None:
+    """``requeue --stranded``: one sweep, every agent's tasks, each one printed."""
+    import json
 
-    if {"inputs", "inputs_received", "replies_ahead"} & fields.keys():
-        raise UsageError("give the replies with --input, not --set")
-    limits = agent.limits
-    for text in texts:
-        found = problem(text, chars=limits.reply_chars, depth=limits.depth)
-        if found is not None:
-            raise UsageError(f"--input refused: {found}; nothing was written")
-    return {"replies_ahead": tuple(texts)}
+    from skillstate.errors import SkillstateError, StoreUnavailable
+    from skillstate.workers.celery_app import enqueue
+    from skillstate.workers.sweep import requeue_stranded
+
+    celery_app = _app(broker)
+    db = _store(store)
+    try:
+        found = requeue_stranded(
+            db, lambda message: enqueue(celery_app, message), older_than, queue=queue
+        )
+    except SkillstateError:  # the store's own errors say what they are
+        raise
+    except Exception as exc:  # kombu's connection errors vary by transport
+        raise StoreUnavailable(
+            f"the broker did not take every message: {exc}; run it again"
+        ) from exc
+    finally:
+        db.close()
+        celery_app.close()
+    if as_json:
+        typer.echo(json.dumps({"queue": queue, "requeued": [t.as_json() for t in found]}))
+        return
+    for task in found:
+        typer.echo(f"requeued {task.task_id} ({task.describe()}) to {queue}")
+    typer.echo(f"{len(found)} stranded task(s) requeued (no commit for {older_than:g}s or more)")
 
 
 def enqueue_reply(broker: str, task_id: str, version: int, queue: str) -> None:

@@ -42,7 +42,7 @@ def default_worker() -> str:
 
 def is_dead_local_worker(worker: str) -> bool:
     """Whether ``worker`` (``host:pid``, or ``role@host:pid``) is a process of this host
-    that has exited."""
+    that has exited: gone, or a zombie (exited, not yet reaped by its parent)."""
     host, sep, pid_text = worker.rpartition("@")[2].rpartition(":")
     if not sep or host != socket.gethostname() or not pid_text.isdigit():
         return False
@@ -54,10 +54,25 @@ def is_dead_local_worker(worker: str) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:
-        return False  # it exists, it is just not ours
+        return _zombie(pid)  # it exists, it is just not ours
     except OverflowError:
         return False  # not a pid at all
-    return False
+    # A zombie still answers signal 0: a worker whose parent (a supervisor, a test, a
+    # shell) has not reaped it yet must not hold its task for a whole TTL.
+    return _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``/proc`` says ``pid`` is a zombie (``Z``) or dead (``X``); False where
+    there is no ``/proc`` (the lease then lapses after its TTL)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": comm may hold spaces and parentheses, the state follows the last ")".
+    fields = text[text.rfind(b")") + 1 :].split()
+    return bool(fields) and fields[0] in (b"Z", b"X")
 
 
 class Holder:

@@ -9,7 +9,15 @@ Who is responsible for a task is decided by the store alone:
   worker writes the broker's message id into its lease name), the message came
   back while its first worker may be dead but not yet expired: it is tried again
   once the lease can have run out. Any other live holder will carry on by itself,
-  so the message is dropped (a duplicate, or a stale message).
+  so the message is dropped (a duplicate, or a stale message) -- except the holder
+  that *sent* it:
+* a **hand-over**: a slice enqueues the task's continuation *before* releasing its
+  lease (so at every instant either a lease or a message is responsible for a
+  running task), and names itself in it (:attr:`Message.after`). The worker that
+  gets the continuation while the sender still holds the lease (it has not
+  released yet, or it died in between) takes the lease over at once: it releases
+  that exact holder and claims. Not a crash: the sender had finished its slice.
+  A claim that then fails means someone else took the task: they carry on.
 * an **expired lease** (or one whose holder on this host has exited) means its
   worker died mid-slice: whichever message gets here first takes the task over,
   counts the crash in the task's error log, and resumes through the exactly-once
@@ -17,8 +25,8 @@ Who is responsible for a task is decided by the store alone:
 * **no lease** and a head past the message's version: whoever moved it released the
   lease only after enqueueing the next message (or the task stopped): drop.
 
-A slice enqueues the task's continuation *before* releasing the lease, so at every
-instant either a lease or a message is responsible for a running task.
+Should a bug strand a task anyway (running, no lease, no message),
+:mod:`skillstate.workers.sweep` finds it and sends it a message.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -45,6 +54,7 @@ from skillstate.state.model import TaskStatus
 from skillstate.store.base import Lease, Store
 from skillstate.workers.crashes import crash_note, dead_letter, reason_to_fail
 from skillstate.workers.settings import Message, WorkerSettings
+from skillstate.workers.sweep import SWEEPER
 
 __all__ = ["Advancer", "Outcome", "OutcomeKind", "worker_name"]
 
@@ -70,6 +80,9 @@ Enqueue = Callable[[Message, float], None]
 
 _LEASE_MARGIN = 0.5
 """Seconds past a lease's expiry before its own redelivered message looks again."""
+_HANDOVER_TRIES = 3
+"""Claims after releasing the sender: its heartbeat may renew once in between (its
+lease is then lost to it, and the next try succeeds)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,8 @@ def worker_name(message_id: str) -> str:
 
 
 def message_of(holder: str) -> str | None:
-    """The message id a worker's lease name carries, ``None`` for other holders."""
+    """The message id a worker's lease name carries, ``None`` for other holders
+    (``sweeper`` for a sweeper's: a message is on its way, no worker died with it)."""
     tag, sep, _ = holder.partition("@")
     return tag if sep and tag and tag not in {"human", "direct"} else None
 
@@ -126,7 +140,8 @@ class Advancer:
             return Outcome("missing", detail="no such task in the store")
         lease = self.store.lease(message.task_id)
         crashed = None
-        if lease is not None:
+        handover = lease is not None and bool(message.after) and lease.worker == message.after
+        if lease is not None and not handover:
             verdict = self._judge_lease(message, lease)
             if isinstance(verdict, float):
                 enqueue(message, verdict)  # the same message id: it may take this lease over
@@ -150,7 +165,7 @@ class Advancer:
             lease_ttl=self.settings.lease_ttl,
         )
         try:
-            with runtime.hold(message.task_id):
+            with self._hold(runtime, message, handover):
                 return self._slice(runtime, message, crashed, enqueue)
         except LeaseHeld as exc:  # another message won the race for the task
             return Outcome("held", detail=f"held by {exc.holder}")
@@ -158,6 +173,22 @@ class Advancer:
             return Outcome("held", detail=str(exc))
 
     # ------------------------------------------------------------------ internals
+
+    def _hold(self, runtime: Runtime[Any], message: Message, handover: bool) -> ExitStack:
+        """The task's lease, held until the returned stack closes; on a hand-over, taken
+        from the sender first. Raises :class:`LeaseHeld` when another worker has it."""
+        stack = ExitStack()
+        tries = _HANDOVER_TRIES if handover else 1
+        while True:
+            tries -= 1
+            if handover:  # names the sender: a no-op if anyone else holds it now
+                self.store.release(message.task_id, message.after)
+            try:
+                stack.enter_context(runtime.hold(message.task_id))
+                return stack
+            except LeaseHeld as exc:
+                if tries == 0 or exc.holder != message.after:
+                    raise
 
     def _judge_lease(self, message: Message, lease: Lease) -> Outcome | Lease | float:
         """An outcome when the message must stop here, the lease when its holder died,
@@ -179,7 +210,7 @@ class Advancer:
         state = runtime.load(task_id)
         if state.status.value in _IDLE:  # its worker died after the last commit: release
             return Outcome("stale", state.version, detail=f"task is {state.status.value}")
-        if crashed is not None and message_of(crashed.worker) is not None:
+        if crashed is not None and message_of(crashed.worker) not in (None, SWEEPER):
             note = crash_note(state, crashed.worker, self.settings.max_crashes)
             if note.kind == "dead_letter":
                 dead_letter(runtime, task_id, note)
@@ -193,8 +224,9 @@ class Advancer:
         if result.stopped != "max_steps":
             return Outcome(result.stopped, result.state.version, result.steps)
         version = result.state.version
-        # Enqueue while still holding the lease: never a moment without an owner.
-        enqueue(Message(task_id, version, queue=message.queue), 0.0)
+        # Enqueue while still holding the lease: never a moment without an owner. The
+        # continuation names this holder, so it may take the lease over at once.
+        enqueue(Message(task_id, version, queue=message.queue, after=runtime.worker), 0.0)
         return Outcome("requeued", version, result.steps)
 
     def _provider_error(
@@ -214,13 +246,26 @@ class Advancer:
             dead_letter(runtime, message.task_id, reason_to_fail(reason))
             return Outcome("dead_letter", version, detail=reason)
         wait = self.settings.backoff(message.attempt)
-        retry = Message(message.task_id, version, attempt=message.attempt + 1, queue=message.queue)
+        retry = Message(
+            message.task_id,
+            version,
+            attempt=message.attempt + 1,
+            queue=message.queue,
+            after=runtime.worker,  # sent under the lease, as a continuation is
+        )
         enqueue(retry, wait)
         return Outcome("provider_retry", version, detail=f"{exc}; again in {wait:.1f}s")
 
+    def allows(self, ref: str | None) -> bool:
+        """Whether this worker may import the agent ``ref`` (a task's card names it)."""
+        from skillstate.config import allowed_agents, load_config
+
+        if self._allowed is None:
+            self._allowed = allowed_agents(load_config()) | self.settings.agents
+        return ref is not None and ref in self._allowed
+
     def _agent(self, ref: object) -> Agent[Any]:
         """The task's agent, imported only if the operator allowed its reference."""
-        from skillstate.config import allowed_agents, load_config
         from skillstate.engine.agent import load_agent
         from skillstate.errors import AgentNotAllowed
 
@@ -228,9 +273,7 @@ class Advancer:
             raise AgentImportError("the task does not record which agent drives it")
         if ref in self._agents:
             return self._agents[ref]
-        if self._allowed is None:
-            self._allowed = allowed_agents(load_config()) | self.settings.agents
-        if ref not in self._allowed:
+        if not self.allows(ref):
             raise AgentNotAllowed(
                 f"agent {ref!r} is not allowed on this worker (skillstate worker --agent "
                 f"{ref}, or [tool.skillstate] agents)"

@@ -21,6 +21,7 @@ from typing import Any
 from skillstate.errors import MissingExtra
 from skillstate.workers.advance import Advancer, Outcome
 from skillstate.workers.settings import DEFAULT_QUEUE, Message
+from skillstate.workers.sweep import Sweeper
 
 try:
     from celery import Celery, signals
@@ -44,10 +45,12 @@ def make_app(broker: str, *, visibility_timeout: float = 300.0) -> Celery:
 
     ``visibility_timeout`` (Redis brokers) is how long an unacknowledged message
     waits before it is delivered again: the time a killed worker's task waits on
-    Redis. Keep it above the longest slice, or live slices get a duplicate message
+    Redis (plus up to a quarter of it, at most 10 s, for the workers' next look).
+    Keep it above the longest slice, or live slices get a duplicate message
     (harmless: the duplicate finds the lease held and is dropped).
     """
     app = Celery("skillstate", broker=broker, set_as_current=False)
+    restore = min(10.0, max(1.0, visibility_timeout / 4))
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -57,7 +60,21 @@ def make_app(broker: str, *, visibility_timeout: float = 300.0) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": visibility_timeout},
+        broker_transport_options={
+            "visibility_timeout": visibility_timeout,
+            # Redis looks for messages past their visibility timeout only every
+            # interval x throttle seconds (10 x 10 by default): a killed worker's
+            # message then waited up to 100 s more. Look every quarter of the
+            # timeout (1-10 s), each time: one cheap ZRANGE per worker.
+            "unacked_restore_interval": restore,
+            "unacked_restore_throttle": 1,
+            # The look holds a mutex in Redis; a worker killed while holding it
+            # blocked every redelivery for the mutex's expiry (300 s by default).
+            # A look takes milliseconds: let the mutex lapse after two intervals
+            # (a slower look then overlapping another restores a message twice,
+            # and the duplicate is dropped like any other).
+            "unacked_mutex_expire": int(2 * restore),
+        },
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
     )
@@ -99,7 +116,7 @@ def enqueue(app: Celery, message: Message, countdown: float = 0.0) -> None:
     app.send_task(
         TASK_NAME,
         args=[message.task_id, message.expected],
-        kwargs={"attempt": message.attempt},
+        kwargs={"attempt": message.attempt, **({"after": message.after} if message.after else {})},
         queue=message.queue,
         task_id=message.message_id or None,
         countdown=countdown or None,
@@ -119,9 +136,23 @@ def serve(
     One slot runs in the main thread (``solo``); more run as threads of this one
     process, sharing its store connection pool and agents. Both keep the shutdown
     flag visible to the running slices, and a ``kill -9`` takes all slots at once.
+    Unless ``settings.sweep_every`` is 0, a sweeper thread sends stranded tasks whose
+    agent this worker may run to the first of ``queues``
+    (:mod:`skillstate.workers.sweep`).
     """
     _SERVING["advancer"] = advancer
     advancer.stopping = _STOPPING.is_set
+    settings = advancer.settings
+    if settings.sweep_every > 0:
+        Sweeper(
+            advancer.store,
+            lambda message: enqueue(app, message),
+            every=settings.sweep_every,
+            older_than=settings.sweep_after,
+            queue=queues[0],
+            allowed=advancer.allows,
+            stopped=_STOPPING,
+        ).start()
     pool = "solo" if concurrency == 1 else "threads"
     app.worker_main(
         [
@@ -144,7 +175,7 @@ def _on_shutdown(**kwargs: Any) -> None:
 signals.worker_shutting_down.connect(_on_shutdown)
 
 
-def _advance(self: Any, task_id: str, expected: int, attempt: int = 0) -> str:
+def _advance(self: Any, task_id: str, expected: int, attempt: int = 0, after: str = "") -> str:
     """The Celery task: one message, one :class:`Outcome`; its kind is the result."""
     advancer = _SERVING.get("advancer")
     if advancer is None:
@@ -156,6 +187,7 @@ def _advance(self: Any, task_id: str, expected: int, attempt: int = 0) -> str:
         message_id=self.request.id or "",
         attempt=int(attempt),
         queue=delivery.get("routing_key") or DEFAULT_QUEUE,
+        after=str(after or ""),
     )
     outcome = advancer.advance(message, lambda m, wait: enqueue(self.app, m, wait))
     _log(message, outcome)

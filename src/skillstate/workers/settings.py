@@ -37,6 +37,12 @@ class Message:
     attempt: int = 0
     """Provider retries so far (backoff grows with it); 0 for a fresh message."""
     queue: str = DEFAULT_QUEUE
+    after: str = ""
+    """The lease holder that sent this message while it still held the task (a slice's
+    continuation, a provider retry): ``<message id>@host:pid``. The worker that gets
+    the message takes the task over from exactly that holder at once, whether it has
+    released the lease yet or not (or died first); empty for a message nobody held
+    the task for (submit, reply, requeue, the sweeper)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,13 @@ class WorkerSettings:
     retry_cap: float = 300.0
     max_retries: int = 8
     """Provider errors in a row before the task is dead-lettered."""
+    sweep_every: float = 60.0
+    """Seconds between two looks of this worker's sweeper for stranded tasks (0: no
+    sweeper). See :mod:`skillstate.workers.sweep`."""
+    sweep_after: float = 600.0
+    """A running task with no live lease and no commit for this many seconds is
+    stranded: the sweeper sends it a new message. Keep it above the longest time a
+    message can wait in the queue and above ``retry_cap``."""
     agents: frozenset[str] = field(default_factory=frozenset)
     """Agent references this worker may import, besides the configured allow-list
     (``[tool.skillstate] agents``, ``SKILLSTATE_AGENTS``, entry points, the demos).

@@ -1,0 +1,227 @@
+"""Finding stranded tasks and sending them a message: the safety net under the queue.
+
+A running task is always somebody's: a live lease, or a message in the broker
+(:mod:`skillstate.workers.advance`). A task that is ``running`` (or ``created``) with
+**no live lease** (none, expired, or held by a process of this host that has exited)
+and **no commit for longer than a threshold** looks like nobody's: a bug dropped
+its last message. The sweeper sends it a message, judged against the store like any
+other:
+
+* with **no lease**, the sweeper first claims the task under its own name
+  (``sweeper@host:s<token>``, for as long as the threshold), checks under that lease
+  that the head has not moved, and sends a message that names it (``after``): the
+  worker that gets it takes the lease over, as from a slice's continuation. While
+  the sweeper's lease lives, the task is somebody's again, so no other sweeper sends
+  it another message; a message that was only waiting in a long queue finds the
+  sweeper's lease and is dropped, and the sweeper's own runs the task.
+* with a **dead worker's lease**, it sends a plain message, which takes the task over
+  as a redelivery would (the death is counted towards the dead letter); this
+  sweeper does not send that task another one for a threshold's time.
+
+Either way a false alarm (the task's own message was only late) costs a duplicate
+message, never a step run twice: one of the two finds the task held or already past
+its version and is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from skillstate.engine.lease import is_dead_local_worker
+from skillstate.errors import LeaseHeld, TaskNotFound
+from skillstate.store.base import HeadInfo, Store
+from skillstate.workers.settings import Message
+
+__all__ = ["SWEEPER", "Stranded", "Sweeper", "requeue_stranded", "rescue", "stranded"]
+
+SWEEPER = "sweeper"
+"""The tag of a sweeper's lease name, ``sweeper@host:s<token>``: not a message id, and
+not a process (the lease lives its whole TTL, whatever becomes of the sweeper)."""
+_MIN_CLAIM = 60.0
+"""Seconds a sweeper's lease lives at least (``requeue --stranded --older-than 0``)."""
+
+log = logging.getLogger("skillstate.workers")
+
+_OWNED = frozenset({"running", "created"})
+"""Statuses a message must be responsible for (the others wait for nobody, or a reply)."""
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """A task nobody seems responsible for."""
+
+    task_id: str
+    version: int
+    status: str
+    idle: float
+    """Seconds since its last commit."""
+    holder: str | None
+    """The lease it was left with (expired, or a dead process's), ``None`` when none."""
+    agent: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "version": self.version,
+            "status": self.status,
+            "idle_s": round(self.idle, 1),
+            "lease_holder": self.holder,
+            "agent": self.agent,
+        }
+
+    def describe(self) -> str:
+        lease = f"lease of {self.holder} dead" if self.holder else "no lease"
+        return f"{self.status}, v{self.version}, {lease}, no commit for {self.idle:.0f}s"
+
+
+def stranded(store: Store, older_than: float, *, now: datetime | None = None) -> list[Stranded]:
+    """Every ``running`` or ``created`` task with no live lease and no commit for
+    ``older_than`` seconds (one :meth:`Store.heads` pass)."""
+    now = now or datetime.now(timezone.utc)
+    return [found for head in store.heads() if (found := _stranded(head, older_than, now))]
+
+
+def _stranded(head: HeadInfo, older_than: float, now: datetime) -> Stranded | None:
+    if head.problem or head.lease_problem or head.version is None or head.updated_at is None:
+        return None  # unreadable: for a person (`skillstate doctor`, `unlock`), not a message
+    if head.status not in _OWNED:
+        return None
+    idle = (now - head.updated_at).total_seconds()
+    if idle < older_than:
+        return None
+    lease = head.lease
+    if lease is not None and lease.expires_at > now and not is_dead_local_worker(lease.worker):
+        return None
+    holder = lease.worker if lease is not None else None
+    return Stranded(head.task_id, head.version, str(head.status), idle, holder, head.agent)
+
+
+def requeue_stranded(
+    store: Store,
+    send: Callable[[Message], None],
+    older_than: float,
+    *,
+    queue: str,
+    allowed: Callable[[str | None], bool] = lambda _: True,
+    skip: Callable[[Stranded], bool] = lambda _: False,
+) -> list[Stranded]:
+    """Send every stranded task whose agent ``allowed`` accepts (and ``skip`` does not)
+    a message on ``queue``; returns those sent. A failed send does not stop the others:
+    the first failure is raised afterwards."""
+    sent: list[Stranded] = []
+    failure: Exception | None = None
+    for task in stranded(store, older_than):
+        if not allowed(task.agent) or skip(task):
+            continue
+        try:
+            if rescue(store, task, send, queue=queue, hold=max(older_than, _MIN_CLAIM)):
+                sent.append(task)
+        except Exception as exc:  # kombu's connection errors vary by transport
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return sent
+
+
+def rescue(
+    store: Store, task: Stranded, send: Callable[[Message], None], *, queue: str, hold: float
+) -> bool:
+    """Send ``task`` its message (see the module's doc); False when it turned out to be
+    somebody's after all (claimed, moved on or finished since it was found)."""
+    if task.holder is not None:  # a dead worker's: taken over as a redelivery would
+        send(Message(task.task_id, task.version, queue=queue))
+        return True
+    name = f"{SWEEPER}@{socket.gethostname()}:s{uuid.uuid4().hex[:12]}"
+    try:
+        store.claim(task.task_id, name, hold)
+    except LeaseHeld:
+        return False
+    try:
+        head = store.load(task.task_id, verify=False)
+        if head.version != task.version or head.state.get("status") not in _OWNED:
+            store.release(task.task_id, name)
+            return False
+        send(Message(task.task_id, task.version, queue=queue, after=name))
+    except TaskNotFound:  # deleted meanwhile
+        store.release(task.task_id, name)
+        return False
+    except Exception:
+        store.release(task.task_id, name)  # nothing was sent: leave it to the next sweep
+        raise
+    return True
+
+
+class Sweeper:
+    """A worker's sweeper: a daemon thread that looks for stranded tasks every
+    ``every`` seconds (jittered, so workers started together do not sweep together)
+    until ``stopped`` is set."""
+
+    def __init__(
+        self,
+        store: Store,
+        send: Callable[[Message], None],
+        *,
+        every: float,
+        older_than: float,
+        queue: str,
+        allowed: Callable[[str | None], bool],
+        stopped: threading.Event,
+    ) -> None:
+        self.store = store
+        self.send = send
+        self.every = every
+        self.older_than = older_than
+        self.queue = queue
+        self.allowed = allowed
+        self.stopped = stopped
+        self.rescued = 0
+        """Tasks this sweeper has sent a message for since the worker started."""
+        self._recent: dict[tuple[str, int], float] = {}
+        """(task, version) -> when a plain message went to it: not again for a while."""
+        self._thread = threading.Thread(target=self._run, name="skillstate-sweeper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def sweep(self) -> list[Stranded]:
+        """One look: send every stranded task a message, log each as a WARNING."""
+        now = time.monotonic()
+        memory = max(self.older_than, _MIN_CLAIM)
+        self._recent = {k: t for k, t in self._recent.items() if now - t < memory}
+        found = requeue_stranded(
+            self.store,
+            self.send,
+            self.older_than,
+            queue=self.queue,
+            allowed=self.allowed,
+            skip=lambda task: (task.task_id, task.version) in self._recent,
+        )
+        for task in found:
+            if task.holder is not None:
+                self._recent[task.task_id, task.version] = now
+            self.rescued += 1
+            log.warning(
+                "sweeper: rescued stranded task %s (%s): requeued to %s; %d rescue(s) by this "
+                "worker so far. A rescue means a message was lost: please report it.",
+                task.task_id,
+                task.describe(),
+                self.queue,
+                self.rescued,
+            )
+        return found
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.every * random.uniform(0.75, 1.25)):
+            try:
+                self.sweep()
+            except Exception as exc:  # the store or the broker hiccupped: next time
+                log.warning("sweeper: could not sweep (%s); trying again later", exc)
