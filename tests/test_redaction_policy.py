@@ -22,6 +22,7 @@ from skillstate.state.detectors import (
     DETECTORS,
     Detector,
     NameMatcher,
+    card_ok,
     cn_id_ok,
     jwt_ok,
     key_words,
@@ -41,6 +42,8 @@ JWT = (
     ".SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
 )
 CN_ID = "11010519491231002X"  # the textbook example: Beijing, born 1949-12-31
+VISA = "4556737586899855"  # Luhn-valid, an issued Visa shape, not a published test number
+VISA_GROUPED = "4556 7375 8689 9855"
 
 
 def luhn_complete(prefix: str) -> str:
@@ -106,16 +109,20 @@ def masks(text: str, policy: RedactionPolicy = POLICY) -> bool:
         ),
         (
             "card_number",
-            "paid with 4111 1111 1111 1111 today",
+            f"paid with {VISA_GROUPED} today",
             [
-                "paid with 4111 1111 1111 1112 today",  # Luhn-invalid
-                "order 14111111111111111",  # inside a longer run
+                "paid with 4556 7375 8689 9856 today",  # Luhn-invalid
+                "card 14556737586899855",  # inside a longer run
                 "ts 1715000000000",  # millisecond timestamp: no issuer starts with 1
-                "ref 4111 1111 1111 1111 2222",  # part of a longer grouped run
-                "x0.4111111111111111",  # decimals, not a card
+                f"ref {VISA_GROUPED} 2222",  # part of a longer grouped run
+                f"card x0.{VISA}",  # decimals, not a card
+                f"tracking number {VISA}",  # Luhn-valid digits, no sign of a card
+                "paid with 4242 4242 4242 4242 today",  # a published test number
+                "card 4111111111111111",  # a published test number
             ],
         ),
-        ("card_number", "amex 3782-822463-10005", ["amex 3782-822463-10006"]),
+        ("card_number", "amex 3791-826451-00735", ["amex 3791-826451-00736"]),
+        ("card_number", f"visa {VISA}.", [f"order {VISA}.", f"id={VISA}"]),
         (
             "phone_e164",
             "call +1 415 555 2671 now",
@@ -158,20 +165,20 @@ def test_mask_stays_inside_the_string() -> None:
     """A value found inside text is replaced in place, keeping the words around it."""
     assert R.text("call me at 13812345678 or +44 20 7946 0958.") == "call me at *** or ***."
     assert R.text("Authorization: Bearer abcDEF0123456789xyz") == "Authorization: Bearer ***"
-    assert R.text(f"a {JWT} b 4111111111111111 c") == "a *** b *** c"
+    assert R.text(f"a {JWT} b card {VISA} c") == "a *** b card *** c"
 
 
 def test_fallback_to_a_later_detector_at_the_same_position() -> None:
     """An 18-digit number failing the ID checksum is still masked when it is a valid card."""
-    card = luhn_complete("42424242424242424")
+    card = luhn_complete("62123456789012345")
     assert len(card) == 18
     assert not cn_id_ok(card)
-    assert R.text(f"n {card}") == "n ***"
+    assert R.text(f"card {card}") == "card ***"
 
 
 def test_numbers_next_to_masked_numbers_are_masked_too() -> None:
     """A card skipped for touching a phone number is masked once the phone is ``***``."""
-    assert R.text("13812345678 4111 1111 1111 1111") == "*** ***"
+    assert R.text(f"13812345678 {VISA_GROUPED}") == "*** ***"
 
 
 def test_validators() -> None:
@@ -199,10 +206,16 @@ def test_validators() -> None:
     st.randoms(use_true_random=False),
 )
 def test_any_luhn_valid_card_is_masked(prefix: str, length: int, rnd: Any) -> None:
-    """Any Luhn-valid number of a card's length and issuer prefix is masked in prose."""
+    """Any Luhn-valid number of a card's length and issuer prefix is masked in prose
+    that names a card (the published test numbers aside)."""
     body = prefix + "".join(str(rnd.randint(0, 9)) for _ in range(length - len(prefix) - 1))
     card = luhn_complete(body)
+    if not card_ok(card):  # a length this network does not issue, or a test number
+        cards_only = POLICY.without("cn_id", "phone_cn").redactor()
+        assert cards_only.text(f"card: {card}, thanks") == f"card: {card}, thanks"
+        return
     assert R.text(f"card: {card}, thanks") == "card: ***, thanks"
+    assert R.text(f"ref: {card}, thanks") == f"ref: {card}, thanks"  # no context: kept
     broken = card[:-1] + str((int(card[-1]) + 1) % 10)
     assert broken.isdigit()
     assert not luhn_ok(broken)
@@ -280,7 +293,8 @@ def test_names_that_are_not_secrets(key: str) -> None:
 
 
 def test_name_masking_in_nested_json() -> None:
-    """The whole value under a sensitive key becomes "***"; null, booleans and empties stay."""
+    """A plain value under a sensitive key becomes "***"; under a credential every leaf does
+    (the structure stays); null, booleans and empties stay."""
     doc: dict[str, Any] = {
         "user": {"user_phone": 13812345678, "name": "Li", "password": None, "pin": ""},
         "auth": [{"accessToken": {"value": "x", "expires": 3600}}, {"apiKey": True}],
@@ -290,7 +304,7 @@ def test_name_masking_in_nested_json() -> None:
     }
     out = R.json(doc)
     assert out["user"] == {"user_phone": MASK, "name": "Li", "password": None, "pin": ""}
-    assert out["auth"] == [{"accessToken": MASK}, {"apiKey": True}]
+    assert out["auth"] == [{"accessToken": {"value": MASK, "expires": MASK}}, {"apiKey": True}]
     assert out["view_tokens"] == 812
     assert out["usage"] is doc["usage"]
     assert out["max_tokens"] == 256
@@ -299,8 +313,8 @@ def test_name_masking_in_nested_json() -> None:
 
 def test_values_are_scanned_under_any_key() -> None:
     """A phone in an ordinary field, a key in a list, a card stored as a number are masked."""
-    doc = {"note": "reach me on 13812345678", "items": ["ok", JWT], "n": 4111111111111111}
-    assert R.json(doc) == {"note": "reach me on ***", "items": ["ok", MASK], "n": MASK}
+    doc = {"note": "reach me on 13812345678", "items": ["ok", JWT], "card": int(VISA)}
+    assert R.json(doc) == {"note": "reach me on ***", "items": ["ok", MASK], "card": MASK}
 
 
 def test_sealed_values_are_never_touched() -> None:
@@ -377,9 +391,9 @@ def test_clean_trees_come_back_as_is(tree: Any) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(_TREES, st.sampled_from(["password", "userPhone", "x-api-key", "idCard"]))
+@given(_TREES, st.sampled_from(["password", "x-api-key", "credentials", "authToken", "secret"]))
 def test_planted_secrets_never_survive(tree: Any, key: str) -> None:
-    """A phone in any string and any value under a sensitive key are gone from the output."""
+    """A phone in any string and any value under a credential's key are gone from the output."""
     doc = {"data": tree, key: {"deep": tree, "v": "opaque-1"}, "note": ["tel 13812345678"]}
     out = json.dumps(R.json(doc))
     assert "13812345678" not in out
@@ -402,7 +416,7 @@ def test_event_redaction() -> None:
         tool_calls=(
             ToolCall(tool="login", args={"password": "hunter22", "user": "li"}, summary=JWT),
         ),
-        verdict=Verdict.failed("card 4111 1111 1111 1111 declined"),
+        verdict=Verdict.failed(f"card {VISA_GROUPED} declined"),
         skill_transition=SkillTransition(to_skill="pay", reason="got +14155552671"),
         error="401 for ?access_token=abc123",
         patch=[{"op": "add", "path": "/facts/id_card", "value": CN_ID}],
@@ -421,7 +435,7 @@ def test_event_redaction() -> None:
     assert clean.view_tokens == 812
     assert clean.usage == event.usage
     assert clean.started_at == event.started_at
-    for secret in ("13812345678", "hunter22", JWT, "4111 1111", "14155552671", "abc123", CN_ID):
+    for secret in ("13812345678", "hunter22", JWT, "4556 7375", "14155552671", "abc123", CN_ID):
         assert secret not in clean.model_dump_json()
 
 
@@ -453,7 +467,7 @@ def test_bytes_json_artifact_masked_by_name_and_value() -> None:
 
 def test_bytes_non_json_masked_by_value_only() -> None:
     """Other bytes are masked by value in place; invalid UTF-8 bytes survive untouched."""
-    raw = b"user_phone 13812345678\n\xff\xfe card=4111111111111111"
+    raw = b"user_phone 13812345678\n\xff\xfe card=4556737586899855"
     assert R.bytes(raw) == b"user_phone ***\n\xff\xfe card=***"
     broken_json = b'{"password": "x1", '
     assert R.bytes(broken_json) == b'{"password": "***", '

@@ -53,7 +53,7 @@ def cli(cwd: Path, env: dict[str, str], *args: str) -> tuple[int, str, str]:
         capture_output=True,
         text=True,
         encoding="utf-8",
-        timeout=120,
+        timeout=600,
         check=False,
     )
     return proc.returncode, proc.stdout, proc.stderr
@@ -239,7 +239,7 @@ def test_demo_without_a_token_runs_as_before(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("ORDERS_API_TOKEN", raising=False)
     monkeypatch.delenv("SKILLSTATE_KEY", raising=False)
     store = MemoryStore()
-    result = Runtime(orders.agent, store).run("o")
+    result = Runtime(orders.agent, store).run("o", create=True)
     assert result.stopped == "completed"
     assert isinstance(result.state, orders.OrdersState)
     assert result.state.api_token is None
@@ -251,7 +251,7 @@ def test_the_order_api_checks_the_token(monkeypatch: pytest.MonkeyPatch) -> None
     """The token in the card is what the API sees: a task holding another one fails."""
     monkeypatch.setenv("SKILLSTATE_KEY", generate_key())
     monkeypatch.setenv("ORDERS_API_TOKEN", TOKEN)
-    ok = Runtime(orders.agent, MemoryStore()).run("o")
+    ok = Runtime(orders.agent, MemoryStore()).run("o", create=True)
     assert ok.stopped == "completed"
     assert ok.state.api_token == TOKEN  # type: ignore[attr-defined]
 

@@ -50,8 +50,8 @@ JWT = (
 OPAQUE = "opaq-9f8e7d6c5b4a3f2e1d0c"  # no known shape: only its key name gives it away
 PHONE = "13812345678"
 CN_ID = "11010519491231002X"
-CARD = "4111 1111 1111 1111"
-PLAINTEXTS = (JWT, OPAQUE, PHONE, CN_ID, CARD, "4111111111111111")
+CARD = "4556 7375 8689 9855"  # not a published test number (those are not secret)
+PLAINTEXTS = (JWT, OPAQUE, PHONE, CN_ID, CARD, "4556737586899855")
 
 
 class CrmState(AgentState):
@@ -155,7 +155,7 @@ def test_tool_borne_secrets_never_reach_a_surface(
     agent = crm_agent(login=keyed)
     store = open_store(url)
     try:
-        result = Runtime(agent, store).run("t")
+        result = Runtime(agent, store).run("t", create=True)
         assert result.stopped == "completed", result.state.errors
         state = result.state
         assert isinstance(state, CrmState)
@@ -208,7 +208,7 @@ def test_the_policy_is_per_agent() -> None:
 
     agent = crm_agent(login=False)
     agent.redaction = RedactionPolicy.OFF
-    result = Runtime(agent, MemoryStore()).run("t")
+    result = Runtime(agent, MemoryStore()).run("t", create=True)
     assert result.state.customer["user_phone"] == PHONE  # type: ignore[attr-defined]
 
 

@@ -11,9 +11,9 @@ have their own rules; every refusal becomes an error-log entry and nothing else.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -34,8 +34,10 @@ from skillstate.errors import (
 from skillstate.events import SkillTransition, ToolCall, Verdict
 from skillstate.limits import problem
 from skillstate.skills.binding import check_bound
+from skillstate.skills.handles import resolve_handles
 from skillstate.skills.skill import Outcome, Skill, SkillContext, VerifyContext
 from skillstate.state.model import AgentState, ErrorEntry, ErrorKind, StepRecord, TaskStatus
+from skillstate.state.protect import open_params, secret_texts
 from skillstate.state.redact import Redactor
 from skillstate.store.base import Store
 from skillstate.store.sealing import write_artifact
@@ -57,6 +59,12 @@ class Attempt:
     """Ref of the artifact holding the traceback, when the skill or verify raised."""
 
 
+class RedactorFor(Protocol):
+    """Builds the redactor of a step (:meth:`~skillstate.engine.commit.Committer.redactor`)."""
+
+    def __call__(self, *states: AgentState | None, extra: Iterable[str] = ()) -> Redactor: ...
+
+
 @dataclass(frozen=True)
 class Acting:
     """Carries out actions for one agent against one store (the runtime's act phase)."""
@@ -64,7 +72,7 @@ class Acting:
     agent: Agent[Any]
     store: Store
     max_retries: int
-    redactor: Callable[[AgentState], Redactor]
+    redactor: RedactorFor
     fence: Callable[[str], int | None] = lambda task_id: None
     """The lease generation the runtime holds the task under (handed to effects)."""
 
@@ -107,18 +115,25 @@ class Acting:
             raise ActionRejected(f"params for {skill.name!r} refused: {found}")
         if self.agent.bind_params:
             check_bound(skill.name, skill.params, state, action.params)
-        try:
-            params = skill.params.model_validate(action.params)
-        except ValidationError as exc:
-            raise ActionRejected(
-                f"invalid params for {skill.name!r}: {first_error(exc, 'params')}"
-            ) from exc
+        params = self.parse_params(skill, state, action.params)
         target = action.next_step or skill.step
         if target is not None:
             self.agent.machine.check(state.current_step, target)
             if action.next_step is not None:
                 self._check_not_stranded(state, target)
         return skill, params, target or state.current_step
+
+    def parse_params(
+        self, skill: Skill[Any, Any], state: AgentState, raw: Mapping[str, Any]
+    ) -> BaseModel:
+        """The params a skill is given: sealed values opened, handles of ``Sensitive``
+        fields replaced by their values, validated. Raises :class:`ActionRejected`."""
+        try:
+            return skill.params.model_validate(resolve_handles(open_params(raw), state))
+        except ValidationError as exc:
+            raise ActionRejected(
+                f"invalid params for {skill.name!r}: {first_error(exc, 'params')}"
+            ) from exc
 
     # ------------------------------------------------------------------ skills
 
@@ -141,16 +156,19 @@ class Acting:
         result: Attempt | None = None
         ctx: SkillContext | None = None
         record_id = f"{step_id}-{skill.name}"
+        secrets = self.param_secrets(state, params)
         for number in range(1, max_attempts + 1):
-            ctx = self.context(skill, state, record_id, number, params=params, key=key)
+            ctx = self.context(
+                skill, state, record_id, number, params=params, key=key, secrets=secrets
+            )
             # An effect is probed before every run: its key belongs to the logical
             # step, so it may have happened already (a crash, a failed attempt, a
             # re-decision, a rollback that kept its effects).
             probe = skill.effects
-            result = self.attempt(skill, state, params, ctx, probe=probe)
+            result = self.attempt(skill, state, params, ctx, probe=probe, secrets=secrets)
             calls += ctx.calls
             if result.failure is None:
-                return self._succeeded(
+                draft = self._succeeded(
                     state,
                     action,
                     skill,
@@ -161,6 +179,8 @@ class Acting:
                     attempt=number,
                     calls=calls,
                 )
+                draft.secrets = secrets
+                return draft
             kind, message = result.failure
             errors.append(
                 ErrorEntry(
@@ -177,7 +197,7 @@ class Acting:
             if kind == "output_not_declared" or result.permanent:
                 break  # a contract bug, or a verify that says retrying cannot help
         outcome = result.outcome if result is not None else None
-        return self._give_up(
+        draft = self._give_up(
             state,
             action,
             skill,
@@ -187,6 +207,13 @@ class Acting:
             outcome=outcome,
             ctx=ctx,
         )
+        draft.secrets = secrets
+        return draft
+
+    def param_secrets(self, state: AgentState, params: BaseModel) -> tuple[str, ...]:
+        """Plaintext of the ``params`` leaves the agent's redaction policy masks: masked
+        exactly wherever the step's text goes (a verify reason quoting a password)."""
+        return secret_texts(params.model_dump(mode="json"), self.redactor(state))
 
     def attempt(
         self,
@@ -196,15 +223,17 @@ class Acting:
         ctx: SkillContext,
         *,
         probe: bool,
+        secrets: tuple[str, ...] = (),
     ) -> Attempt:
         """Run (or probe) and verify once."""
         tracer = trace.current()
         attributes = {"skillstate.skill": skill.name, "skillstate.attempt": ctx.attempt}
         with tracer.span("skillstate.skill.run", attributes) as span:
-            attempt = self._attempt(skill, state, params, ctx, probe=probe)
+            attempt = self._attempt(skill, state, params, ctx, probe=probe, secrets=secrets)
             if attempt.failure is not None:
                 reason = f"{attempt.failure[0]}: {attempt.failure[1]}"  # masked like the log:
-                span.fail(self.redactor(state).text(reason) if tracer.enabled else reason)
+                if tracer.enabled:
+                    span.fail(self.redactor(state, extra=secrets).text(reason))
                 tracer.record("skillstate.failures", 1, {"skillstate.error": attempt.failure[0]})
             return attempt
 
@@ -216,6 +245,7 @@ class Acting:
         ctx: SkillContext,
         *,
         probe: bool,
+        secrets: tuple[str, ...] = (),
     ) -> Attempt:
         try:
             found = skill.probe(state, params, ctx) if probe else None
@@ -229,7 +259,7 @@ class Acting:
                 state,
                 None,
                 ("skill_error", f"{type(exc).__name__}: {exc}"),
-                trace=self._trace(state),
+                trace=self._trace(state, secrets),
             )
         undeclared = skill.undeclared_writes(outcome.writes)
         if undeclared:
@@ -250,7 +280,10 @@ class Acting:
             return Attempt(outcome, state, None, ("invalid_output", str(exc)))
         try:
             context = VerifyContext(
-                before=state, params=params, attempt=ctx.attempt, key=ctx.idempotency_key
+                before=state,
+                params=params,
+                attempt=ctx.attempt,
+                idempotency_key=ctx.idempotency_key,
             )
             with trace.current().span("skillstate.skill.verify") as span:
                 verdict = skill.verify(candidate, outcome, context)
@@ -261,7 +294,7 @@ class Acting:
                 state,
                 None,
                 ("verify_error", f"{type(exc).__name__}: {exc}"),
-                trace=self._trace(state),
+                trace=self._trace(state, secrets),
             )
         if not verdict.ok:
             reason = verdict.reason or "verify failed"
@@ -273,14 +306,14 @@ class Acting:
             return Attempt(outcome, state, verdict, ("invariant_failed", broken))
         return Attempt(outcome, candidate, verdict, None)
 
-    def _trace(self, state: AgentState) -> str | None:
+    def _trace(self, state: AgentState, secrets: tuple[str, ...]) -> str | None:
         """Keep the traceback of the exception being handled, redacted, as an artifact.
 
         The error log holds one line; the whole traceback is what a developer needs
         (``skillstate log``, or printed with ``SKILLSTATE_DEBUG=1``).
         """
         text = traceback.format_exc(limit=30)
-        data = self.redactor(state).bytes(text.encode("utf-8", errors="replace"))
+        data = self.redactor(state, extra=secrets).bytes(text.encode("utf-8", errors="replace"))
         try:
             return write_artifact(self.store, data, media_type="text/plain")
         except SkillstateError:
@@ -296,20 +329,24 @@ class Acting:
         params: BaseModel | None = None,
         key: str | None = None,
         compensating: bool = False,
+        secrets: tuple[str, ...] = (),
     ) -> SkillContext:
-        return SkillContext(
+        ctx = SkillContext(
             skill=skill.name,
             task_id=state.task_id,
             step_id=record_id,
             attempt=attempt,
-            tools={name: _tool(self.agent.tools[name], state) for name in skill.tools},
+            tools={},
             store=self.store,
             idempotency_key=key if skill.effects else None,
-            redactor=self.redactor(state),
+            redactor=self.redactor(state, extra=secrets),
             params=params,
             compensating=compensating,
             fence=self.fence(state.task_id) if skill.effects else None,
         )
+        # Built after the context: a per-task factory may take it (artifacts, the key).
+        ctx.bind_tools({name: _tool(self.agent.tools[name], state, ctx) for name in skill.tools})
+        return ctx
 
     def _succeeded(
         self,
@@ -545,8 +582,10 @@ class Acting:
         )
 
 
-def _tool(tool: Callable[..., Any] | PerTask, state: AgentState) -> Callable[..., Any]:
-    return tool.factory(state) if isinstance(tool, PerTask) else tool
+def _tool(
+    tool: Callable[..., Any] | PerTask, state: AgentState, ctx: SkillContext
+) -> Callable[..., Any]:
+    return tool.build(state, ctx) if isinstance(tool, PerTask) else tool
 
 
 def _skill_of(action: Action) -> str | None:

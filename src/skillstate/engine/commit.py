@@ -10,7 +10,7 @@ atomic compare-and-set.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -78,10 +78,11 @@ class Committer:
         self._heads[task_id] = (state, cached) if current else None
         return state
 
-    def redactor(self, *states: AgentState | None) -> Redactor:
+    def redactor(self, *states: AgentState | None, extra: Iterable[str] = ()) -> Redactor:
         """What masks secrets in what leaves the process: the agent's redaction policy,
-        plus the exact plaintext of ``states``' sensitive fields."""
-        values: list[str] = []
+        plus the exact plaintext of ``states``' sensitive fields and of ``extra`` (a
+        step's secret params)."""
+        values: list[str] = list(extra)
         for state in states:
             if state is not None:
                 values += secret_values(state)
@@ -104,7 +105,7 @@ class Committer:
         if draft.usage is not None:
             changes["usage"] = _add_usage(after.usage, draft.usage)
         final = after.replace(**changes)
-        redactor = self.redactor(before, final)
+        redactor = self.redactor(before, final, extra=draft.secrets)
         final, document, patch, stored, checked = self._serialize(before, final, redactor)
         event = Event(
             task_id=final.task_id,

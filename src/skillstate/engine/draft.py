@@ -46,6 +46,9 @@ class Draft:
     did. What the stall guard and the view's "already tried" line record."""
     compensated: bool = False
     """A failed effect's ``rollback`` undid it (so its key is not reused)."""
+    secrets: tuple[str, ...] = ()
+    """Plaintext of the step's secret params (:mod:`skillstate.state.protect`): masked
+    exactly wherever this step's text goes (error log, event, trace)."""
 
 
 def decision(action: Action, target: str | None) -> Decision:

@@ -19,8 +19,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from skillstate.engine.act import Acting
 from skillstate.engine.actions import CallSkill
 from skillstate.engine.agent import Agent
@@ -32,6 +30,7 @@ from skillstate.engine.results import StepReport
 from skillstate.errors import ActionRejected, CompensationFailed, IllegalTransition
 from skillstate.events import TokenUsage, utcnow
 from skillstate.state.model import AgentState, ErrorEntry, Intent
+from skillstate.state.protect import masked_params, open_params, seal_params, secret_texts
 from skillstate.state.view import View
 
 __all__ = ["Settling"]
@@ -106,10 +105,15 @@ class Settling:
         except (ActionRejected, IllegalTransition):
             return None
         data = params.model_dump(mode="json")
+        # The effect runs from this intent, first time and after a crash: the values it
+        # needs are kept, sealed where the redaction policy would mask them (never "***").
+        kept, _ = seal_params(
+            _as_decided(action.params, params), self._acting.redactor(state), skill=skill.name
+        )
         return Intent(
             step_id=f"{step_id}-{skill.name}",
             skill=skill.name,
-            params=_as_decided(action.params, params),
+            params=kept,
             target=target,
             reason=action.reason,
             key=effect_key(state, skill.name, data),
@@ -131,6 +135,7 @@ class Settling:
         )  # the replies are used when the effect is settled, not before
         skill = self.agent.skills[intent.skill]
         draft = Draft(after=after, step_id=intent.step_id, skill=skill, usage=usage)
+        draft.secrets = secret_texts(open_params(intent.params), self._acting.redactor(state))
         recorded, _ = self._committer.commit(
             state, draft, action.model_dump(mode="json"), "policy", view=view, started=started
         )
@@ -145,15 +150,19 @@ class Settling:
         if key != intent.key:
             intent = intent.model_copy(update={"key": key})
         started = utcnow()
-        action = CallSkill(skill=intent.skill, params=intent.params, reason=intent.reason)
+        # What the stall guard compares and records: the params as kept, sealed ones shown
+        # as "***" (a token is long, and the plaintext must not reach the card).
+        action = CallSkill(
+            skill=intent.skill, params=masked_params(intent.params), reason=intent.reason
+        )
         step_number = intent.step_id.split("-", 1)[0]
         skill = self.agent.skills.get(intent.skill)
         draft: Draft
         try:
             if skill is None:
                 raise ActionRejected(f"effect of unknown skill {intent.skill!r} cannot be settled")
-            params = skill.params.model_validate(intent.params)
-        except (ActionRejected, ValidationError) as exc:
+            params = self._acting.parse_params(skill, state, intent.params)
+        except ActionRejected as exc:
             message = str(exc).splitlines()[0]
             draft = reject(state, step_number, "action_rejected", message, intent.skill)
         else:
@@ -193,11 +202,13 @@ class Settling:
         item = state.compensations[0]
         skill = self.agent.skills.get(item.skill)
         ctx = None
+        secrets: tuple[str, ...] = ()
         self._check_lease(state.task_id)
         try:
             if skill is None or not skill.has_rollback:
                 raise CompensationFailed(f"skill {item.skill!r} has no rollback hook to undo it")
-            params = skill.params.model_validate(item.params)
+            params = self._acting.parse_params(skill, state, item.params)
+            secrets = self._acting.param_secrets(state, params)
             ctx = self._acting.context(
                 skill,
                 state,
@@ -206,6 +217,7 @@ class Settling:
                 params=params,
                 key=item.key,
                 compensating=True,
+                secrets=secrets,
             )
             skill.rollback(state, None, ctx)
         except Exception as exc:
@@ -219,6 +231,7 @@ class Settling:
                 ),
                 error=message,
                 tool_calls=tuple(ctx.calls) if ctx else (),
+                secrets=secrets,
             )
             failed = {"kind": "compensate", "key": item.key, "skill": item.skill, "ok": False}
             self._committer.commit(state, draft, failed, "runtime")
@@ -231,7 +244,7 @@ class Settling:
             compensations=state.compensations[1:],
             effect_generations={**gens, base: gens.get(base, 0) + 1},
         )
-        draft = Draft(after=after, skill=skill, tool_calls=tuple(ctx.calls))
+        draft = Draft(after=after, skill=skill, tool_calls=tuple(ctx.calls), secrets=secrets)
         done = {"kind": "compensate", "key": item.key, "skill": item.skill, "version": item.version}
         final, event = self._committer.commit(state, draft, done, "runtime")
         return StepReport(before=state, after=final, event=event)

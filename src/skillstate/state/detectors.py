@@ -31,22 +31,35 @@ numbered group references, and a named group must be unique across detectors.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import datetime
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from skillstate.state.validators import (
+    TEST_CARDS,
+    basic_ok,
+    bearer_ok,
+    card_ok,
+    cn_id_ok,
+    has_digit,
+    jwt_ok,
+    luhn_ok,
+    ssn_ok,
+)
+
 __all__ = [
     "ASSIGNMENT",
     "ASSIGNMENT_MIN",
+    "CARD_CONTEXT",
+    "CONTEXT_CHARS",
     "DEFAULT_NAMES",
     "DETECTORS",
+    "SHALLOW_NAMES",
+    "TEST_CARDS",
     "Detector",
     "NameMatcher",
+    "card_ok",
     "cn_id_ok",
     "combine",
     "jwt_ok",
@@ -76,64 +89,16 @@ class Detector:
     word_start: bool = False
     """Optional, for speed: the pattern never matches right after an ASCII letter, digit or
     ``_``, so the shared scan may skip such positions before trying any alternative."""
+    context: re.Pattern[str] | None = None
+    """When set, a match counts only in context: written in groups (it holds a space or
+    a dash), or with this pattern found in the :data:`CONTEXT_CHARS` characters before
+    it or in the JSON key (or its parent key) it sits under. A card number is a card
+    number in "card 4000 0566 5566 5556" or under ``payment.card``; a bare Luhn-valid
+    run of digits in a reply (a tracking number, an order id) is not."""
 
 
-# ---------------------------------------------------------------- validators
-
-
-def luhn_ok(text: str) -> bool:
-    """Whether the digits of ``text`` pass the Luhn check (card numbers)."""
-    digits = [int(c) for c in text if c.isdigit()]
-    total = 0
-    for i, digit in enumerate(reversed(digits)):
-        doubled = digit * 2 if i % 2 else digit
-        total += doubled - 9 if doubled > 9 else doubled
-    return len(digits) >= 12 and total % 10 == 0
-
-
-_CN_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
-_CN_CHECK = "10X98765432"
-
-
-def cn_id_ok(text: str) -> bool:
-    """A Chinese resident ID: region, a real birth date, ISO 7064 MOD 11-2 check character."""
-    if len(text) != 18 or not text[:17].isdigit() or text[0] not in "12345678":
-        return False
-    try:
-        born = datetime.date(int(text[6:10]), int(text[10:12]), int(text[12:14]))
-    except ValueError:
-        return False
-    if born.year < 1900:
-        return False
-    total = sum(int(c) * w for c, w in zip(text[:17], _CN_WEIGHTS, strict=True))
-    return _CN_CHECK[total % 11] == text[17].upper()
-
-
-def ssn_ok(text: str) -> bool:
-    """A US SSN the SSA could issue: no area 000, 666 or 9xx, no group 00, no serial 0000."""
-    area, group, serial = text.split("-")
-    return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
-
-
-def jwt_ok(text: str) -> bool:
-    """Whether the first segment is base64url of a JSON object (a JOSE header)."""
-    head = text.split(".", 1)[0]
-    try:
-        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
-    except (binascii.Error, ValueError):  # ValueError covers bad UTF-8 and bad JSON
-        return False
-    return isinstance(header, dict)
-
-
-def _bearer_ok(text: str) -> bool:
-    # "Bearer authentication" is prose; a credential has a digit or a symbol in it.
-    token = text.rsplit(maxsplit=1)[-1]
-    return not token.isalpha()
-
-
-def _has_digit(text: str) -> bool:
-    # Real keys are random base62; "sk-learn-getting-started-guide" is not one.
-    return any(c.isdigit() for c in text)
+CONTEXT_CHARS = 48
+"""How far before a match :attr:`Detector.context` is looked for."""
 
 
 # ---------------------------------------------------------------- value detectors
@@ -163,12 +128,47 @@ def _tok(literal: str, rest: str, before: str = "0-9A-Za-z_-", **kw: Any) -> Det
     return Detector(pattern=pattern, lead=head, word_start=True, **kw)
 
 
+CARD_CONTEXT = re.compile(
+    r"(?i:card|visa|master|amex|american express|discover|diners|jcb|union ?pay|maestro"
+    r"|credit|debit|payment|(?<![a-z])(?:cc|ccn|cvv|pan)(?![a-z]))|卡|信用|借记|支付"
+)
+"""Words that make a Luhn-valid number a card number (:attr:`Detector.context`)."""
+
 DETECTORS: tuple[Detector, ...] = (
+    Detector(
+        # A private key in PEM form (also cut short, as in a summary): the body goes,
+        # the armour lines stay, so a reader sees what was there.
+        name="private_key",
+        pattern=r"-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+        r"(?P<pem_body>[\s\S]+?)(?=-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)",
+        secret_group="pem_body",
+        min_length=32,
+        lead="-",
+    ),
+    Detector(
+        # Credentials in a URL: scheme://user:password@host. Only the password goes.
+        name="url_credentials",
+        pattern=r":(?<=[A-Za-z0-9+.-]:)//[^\s:/?#@\"'<>]{0,128}:"
+        r"(?P<url_password>[^\s/?#@\"'<>]{1,256})@(?=[\w\[.-])",
+        secret_group="url_password",
+        min_length=8,
+        lead=":",
+    ),
+    Detector(
+        name="basic_auth",
+        pattern=r"[Bb](?<![0-9A-Za-z_-][Bb])(?i:asic)[ \t]+(?P<basic_token>[A-Za-z0-9+/]{8,}={0,2})"
+        r"(?![A-Za-z0-9+/=])",
+        validate=basic_ok,
+        secret_group="basic_token",
+        min_length=14,
+        lead="[Bb]",
+        word_start=True,
+    ),
     Detector(
         name="bearer",
         pattern=r"[Bb](?<![0-9A-Za-z_-][Bb])(?i:earer)[ \t]+"
         r"(?P<bearer_token>[A-Za-z0-9._~+/-]{16,}=*)",
-        validate=_bearer_ok,
+        validate=bearer_ok,
         secret_group="bearer_token",
         min_length=23,
         lead="[Bb]",
@@ -185,7 +185,7 @@ DETECTORS: tuple[Detector, ...] = (
         "sk-",
         r"(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
         name="openai_key",
-        validate=_has_digit,
+        validate=has_digit,
         min_length=23,
     ),
     _tok(
@@ -211,6 +211,15 @@ DETECTORS: tuple[Detector, ...] = (
         word_start=True,
     ),
     _tok("AIza", r"[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])", name="google_api_key", min_length=39),
+    _tok("glpat-", r"[0-9A-Za-z_-]{20,}", name="gitlab_token", min_length=26),
+    _tok("hf_", r"[A-Za-z0-9]{30,40}(?![A-Za-z0-9])", name="huggingface_token", min_length=33),
+    _tok("npm_", r"[A-Za-z0-9]{36}(?![A-Za-z0-9])", name="npm_token", min_length=40),
+    _tok(
+        "SG.",
+        r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])",
+        name="sendgrid_key",
+        min_length=69,
+    ),
     Detector(
         # E.164: "+", country code, subscriber number; 8 to 15 digits in all, single
         # spaces or dashes allowed between them ("+1 415 555 2671").
@@ -247,7 +256,8 @@ DETECTORS: tuple[Detector, ...] = (
         + _GROUP_END
         + ")",
         name="card_number",
-        validate=luhn_ok,
+        validate=card_ok,
+        context=CARD_CONTEXT,
         min_length=13,
     ),
 )
@@ -319,7 +329,8 @@ def _class_body(lead: str) -> str:
 
 DEFAULT_NAMES: tuple[str, ...] = (
     # credentials
-    "access_token", "refresh_token", "id_token", "token", "api_key", "apikey",
+    "access_token", "refresh_token", "id_token", "auth_token", "api_token", "bearer_token",
+    "session_token", "token", "api_key", "apikey",
     "access_key", "secret_key", "secret", "client_secret", "password", "passwd", "pwd",
     "passphrase", "credential", "credentials", "authorization", "cookie", "cookies",
     "set-cookie", "session_id", "sessionid", "private_key", "otp", "pin",
@@ -332,6 +343,19 @@ DEFAULT_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 """Key names masked by default (matched by trailing words, see the module docstring)."""
 
+SHALLOW_NAMES: tuple[str, ...] = (
+    "token", "otp", "pin", "session_id", "sessionid",
+    "phone", "user_phone", "mobile", "phone_number", "cellphone", "telephone",
+    "id_card", "idcard", "id_number", "id_no", "national_id", "ssn",
+    "social_security_number", "passport", "passport_number",
+    "card_number", "credit_card", "cvv", "cvc", "iban", "account_number", "bank_account",
+)  # fmt: skip
+"""Names whose *structured* values are not secret as a whole: the name masks a plain
+value (``"phone": "+1 415..."``), but an object under it is judged key by key and
+value by value (``"credit_card": {"brand": "visa", "last4": "4242"}`` stays
+readable; a card number inside it is still masked by its shape). Every other name is
+a credential: everything under it is masked, leaf by leaf (the structure stays)."""
+
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+|[^\W\d_A-Za-z]+")
 
 
@@ -343,22 +367,33 @@ def key_words(key: str) -> tuple[str, ...]:
     return tuple(words)
 
 
-class NameMatcher(dict[str, bool]):
-    """Answers ``matcher[key]``: is this key sensitive? Remembered per key string.
+NOT_SENSITIVE, SHALLOW, DEEP = 0, 1, 2
+"""What :class:`NameMatcher` answers for a key: not sensitive; a :data:`SHALLOW_NAMES`
+name (a plain value under it is masked); a credential (everything under it is)."""
+
+
+class NameMatcher(dict[str, int]):
+    """Answers ``matcher[key]``: is this key sensitive, and how? Remembered per key string.
 
     A key is sensitive when its trailing words equal some name's words and no
-    exempt name's words. It is a dict that fills itself (``__missing__``): keys of
-    JSON documents repeat endlessly (every event has the same few dozen), so after
-    warm-up a check is one dictionary lookup done in C.
+    exempt name's words: :data:`DEEP` when one of the names it matches is not
+    ``shallow``, else :data:`SHALLOW`; :data:`NOT_SENSITIVE` (0, falsy) otherwise. It
+    is a dict that fills itself (``__missing__``): keys of JSON documents repeat
+    endlessly (every event has the same few dozen), so after warm-up a check is one
+    dictionary lookup done in C.
     """
 
     _LIMIT = 65536  # distinct keys remembered; a runaway key space just starts over
 
-    def __init__(self, names: tuple[str, ...], exempt: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, names: tuple[str, ...], exempt: tuple[str, ...] = (), shallow: tuple[str, ...] = ()
+    ) -> None:
         super().__init__()
-        self._names = self._index(names)
+        flat = {key_words(n) for n in shallow}
+        self._names = self._index(tuple(n for n in names if key_words(n) not in flat))
+        self._shallow = self._index(tuple(n for n in names if key_words(n) in flat))
         self._exempt = self._index(exempt)
-        self.active = bool(self._names)
+        self.active = bool(self._names) or bool(self._shallow)
         """Whether any name can match at all."""
 
     @staticmethod
@@ -372,9 +407,14 @@ class NameMatcher(dict[str, bool]):
             out.setdefault(words[-1], []).append(words)
         return {last: tuple(group) for last, group in out.items()}
 
-    def __missing__(self, key: str) -> bool:
+    def __missing__(self, key: str) -> int:
         words = key_words(key)
-        hit = self._ends(words, self._names) and not self._ends(words, self._exempt)
+        hit = NOT_SENSITIVE
+        if not self._ends(words, self._exempt):
+            if self._ends(words, self._names):
+                hit = DEEP
+            elif self._ends(words, self._shallow):
+                hit = SHALLOW
         if len(self) >= self._LIMIT:
             self.clear()
         self[key] = hit

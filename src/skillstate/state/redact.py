@@ -51,8 +51,13 @@ from skillstate.events import Event, ToolCall
 from skillstate.state.detectors import (
     ASSIGNMENT,
     ASSIGNMENT_MIN,
+    CONTEXT_CHARS,
+    DEEP,
     DEFAULT_NAMES,
     DETECTORS,
+    NOT_SENSITIVE,
+    SHALLOW,
+    SHALLOW_NAMES,
     Detector,
     NameMatcher,
     combine,
@@ -87,6 +92,10 @@ class RedactionPolicy:
     """Additions: a ``str`` is a literal value, a compiled regex is masked where it matches."""
     exempt_names: tuple[str, ...] = ()
     """Names never masked by name (same trailing-word match); values inside are still scanned."""
+    shallow_names: tuple[str, ...] = SHALLOW_NAMES
+    """Names (of :attr:`names` and :attr:`extra_names`) that mask a plain value but not a
+    structure: an object under one is judged key by key and value by value. Under any
+    other name every leaf is masked (see :data:`~skillstate.state.detectors.SHALLOW_NAMES`)."""
     assignments: bool = True
     """In free text, mask ``value`` in ``name=value``/``name: value`` when ``name`` matches."""
 
@@ -94,7 +103,14 @@ class RedactionPolicy:
     """No pattern redaction at all: only exact secrets."""
 
     def __post_init__(self) -> None:
-        for name in ("names", "values", "extra_names", "extra_values", "exempt_names"):
+        for name in (
+            "names",
+            "values",
+            "extra_names",
+            "extra_values",
+            "exempt_names",
+            "shallow_names",
+        ):
             value = getattr(self, name)
             if isinstance(value, (str, Detector, re.Pattern)):
                 raise TypeError(f"RedactionPolicy.{name} takes a sequence, not a single item")
@@ -118,7 +134,7 @@ class RedactionPolicy:
         return Redactor(secrets, policy=self)
 
     def masks_name(self, name: str) -> bool:
-        """Whether the value under a key called ``name`` is masked whole."""
+        """Whether a plain value under a key called ``name`` is masked."""
         return bool(_compile(self).names[name])
 
 
@@ -162,7 +178,9 @@ class _Compiled:
     """A policy turned into regexes and a name matcher (one per policy, cached)."""
 
     def __init__(self, policy: RedactionPolicy) -> None:
-        self.names = NameMatcher(policy.names + policy.extra_names, policy.exempt_names)
+        self.names = NameMatcher(
+            policy.names + policy.extra_names, policy.exempt_names, policy.shallow_names
+        )
         extras = policy.extra_values
         self.literals = tuple(v for v in extras if isinstance(v, str) and v)
         self.patterns = tuple(v for v in extras if isinstance(v, re.Pattern))
@@ -177,19 +195,21 @@ class _Compiled:
         except re.error as exc:
             raise ValueError(f"a redaction detector pattern does not compile: {exc}") from exc
 
-    def scan(self, s: str) -> str:
+    def scan(self, s: str, keys: tuple[str, ...] = ()) -> str:
         """``s`` with detected values (and, in free text, ``name=value`` values) masked.
 
-        Repeated until nothing changes, which makes redaction idempotent: a number
-        skipped because it touched another ("13812345678 4111 1111 1111 1111") is
-        taken once its neighbour has become ``***``.
+        ``keys`` are the JSON keys ``s`` sits under (its own, its parent's): context
+        for the detectors that need it. Repeated until nothing changes, which makes
+        redaction idempotent: a number skipped because it touched another
+        ("13812345678 4000 0566 5566 5556") is taken once its neighbour has become ``***``.
         """
+        hit = self._hit if not keys else functools.partial(self._hit, keys=keys)
         for _ in range(4):
             clean = s
             for rx in self.passes:
                 m = rx.search(clean)  # the common case, no candidate at all, costs one C call
                 if m is not None:
-                    clean = _sub(clean, rx, m, self._hit)
+                    clean = _sub(clean, rx, m, hit)
             if self.assign and ("=" in clean or ":" in clean):
                 m = ASSIGNMENT.search(clean)
                 clean = clean if m is None else _sub(clean, ASSIGNMENT, m, self._assignment)
@@ -200,7 +220,7 @@ class _Compiled:
             s = clean
         return s
 
-    def _hit(self, s: str, m: re.Match[str]) -> _Span | None:
+    def _hit(self, s: str, m: re.Match[str], keys: tuple[str, ...] = ()) -> _Span | None:
         """Where to mask for the match ``m``, or ``None`` for a look-alike.
 
         When the detector that matched rejects it, the later ones get a chance at the
@@ -212,9 +232,12 @@ class _Compiled:
             if found is None:
                 continue
             d = self.detectors[i]
-            if d.validate is None or d.validate(found.group(0)):
-                a, b = found.span(d.secret_group) if d.secret_group else found.span()
-                return a, b, found.end()
+            if d.validate is not None and not d.validate(found.group(0)):
+                continue
+            if d.context is not None and not _in_context(d.context, s, found, keys):
+                continue
+            a, b = found.span(d.secret_group) if d.secret_group else found.span()
+            return a, b, found.end()
         return None
 
     def _assignment(self, s: str, m: re.Match[str]) -> _Span | None:
@@ -225,9 +248,26 @@ class _Compiled:
         return a, b, m.end()
 
 
+def _in_context(context: re.Pattern[str], s: str, m: re.Match[str], keys: tuple[str, ...]) -> bool:
+    """Whether the match ``m`` in ``s`` is written in groups, or ``context`` is found just
+    before it or in the keys it sits under."""
+    hit = m.group(0)
+    return (
+        " " in hit
+        or "-" in hit
+        or context.search(s, max(0, m.start() - CONTEXT_CHARS), m.start()) is not None
+        or any(context.search(k) is not None for k in keys)
+    )
+
+
 @functools.lru_cache(maxsize=32)
 def _compile(policy: RedactionPolicy) -> _Compiled:
     return _Compiled(policy)
+
+
+_SEALED = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]{98,}={0,2}")
+"""A sealed value (:func:`~skillstate.state.secrets.is_sealed`'s shape, cheaply): never
+masked. The prefix alone is not enough, or ``enc:v1:`` would hide anything after it."""
 
 
 def _variants(secret: str) -> set[str]:
@@ -289,13 +329,15 @@ class Redactor:
 
     # ---- text
 
-    def text(self, s: str) -> str:
-        """``s`` with every secret and every detected value replaced by ``"***"``."""
-        if len(s) < self._min or (self._c is not None and s.startswith(PREFIX)):
+    def text(self, s: str, keys: tuple[str, ...] = ()) -> str:
+        """``s`` with every secret and every detected value replaced by ``"***"``.
+
+        ``keys``: the JSON keys ``s`` sits under, context for detectors that need it."""
+        if len(s) < self._min or (self._c is not None and _SEALED.fullmatch(s) is not None):
             return s
         if self._text is not None:
             s = self._text.sub(MASK, s)  # CPython returns ``s`` itself when nothing matched
-        return s if self._c is None or not self._scan else self._c.scan(s)
+        return s if self._c is None or not self._scan else self._c.scan(s, keys)
 
     # ---- bytes
 
@@ -339,49 +381,57 @@ class Redactor:
             return value
         return self._json(value)  # type: ignore[no-any-return]
 
-    def _json(self, value: Any) -> Any:
+    def _json(self, value: Any, keys: tuple[str, ...] = ()) -> Any:
         if isinstance(value, str):
-            return value if len(value) < self._min else self.text(value)
+            return value if len(value) < self._min else self.text(value, keys)
         if isinstance(value, dict):
-            return self._dict(value)
+            return self._dict(value, keys)
         if isinstance(value, (list, tuple)):
-            out: list[Any] | None = None
-            for i, item in enumerate(value):
-                clean = self._json(item)
-                if out is None:
-                    if clean is item:
-                        continue
-                    out = list(value[:i])
-                out.append(clean)
-            if out is None:
-                return value
-            return out if isinstance(value, list) else tuple(out)
+            return self._items(value, lambda item: self._json(item, keys))
         if isinstance(value, int) and not isinstance(value, bool) and self._c is not None:
-            return self._int(value)
+            return self._int(value, keys)
         if hasattr(value, "model_dump"):
-            return self._json(value.model_dump(mode="json"))
+            return self._json(value.model_dump(mode="json"), keys)
         return value
 
-    def _int(self, value: int) -> Any:
+    @staticmethod
+    def _items(value: list[Any] | tuple[Any, ...], clean: Callable[[Any], Any]) -> Any:
+        """``value`` with ``clean`` applied to each item; itself when nothing changed."""
+        out: list[Any] | None = None
+        for i, item in enumerate(value):
+            new = clean(item)
+            if out is None:
+                if new is item:
+                    continue
+                out = list(value[:i])
+            out.append(new)
+        if out is None:
+            return value
+        return out if isinstance(value, list) else tuple(out)
+
+    def _int(self, value: int, keys: tuple[str, ...] = ()) -> Any:
         # A phone or card number stored as a JSON number; small ints are counters.
         if -1000 < value < 1000:
             return value
         t = str(value)
-        if t in self._exact or (len(t) >= self._min and self._scan and self.text(t) is not t):
+        if t in self._exact or (len(t) >= self._min and self._scan and self.text(t, keys) is not t):
             return MASK
         return value
 
-    def _dict(self, value: dict[Any, Any]) -> dict[Any, Any]:
+    def _dict(self, value: dict[Any, Any], keys: tuple[str, ...] = ()) -> dict[Any, Any]:
         names, shortest = self._names, self._min  # locals: this loop is the hot path
-        whole = names is not None and self._patch_names_key(value)
+        whole = self._patch_level(value) if names is not None else NOT_SENSITIVE
+        parent = keys[:1]
         out: dict[Any, Any] | None = None
         for i, (k, v) in enumerate(value.items()):
             if isinstance(k, str):
                 nk = k if len(k) < shortest else self.text(k)
-                hit = (names is not None and names[k]) or (whole and k == "value")
+                level = names[k] if names is not None else NOT_SENSITIVE
+                if whole and k == "value":
+                    level = whole
+                nv = self._whole(v, level, (k, *parent)) if level else self._json(v, (k, *parent))
             else:
-                nk, hit = k, False
-            nv = self._whole(v) if hit else self._json(v)
+                nk, nv = k, self._json(v, keys)
             if out is None:
                 if nk is k and nv is v:
                     continue
@@ -389,22 +439,41 @@ class Redactor:
             out[nk] = nv
         return value if out is None else out
 
-    def _patch_names_key(self, op: dict[Any, Any]) -> bool:
-        """Whether ``op`` is a JSON Patch op whose ``path`` goes through a sensitive key."""
+    def _patch_level(self, op: dict[Any, Any]) -> int:
+        """For a JSON Patch op, how sensitive its ``value`` is by the keys of its ``path``:
+        a credential anywhere on the path, or a :data:`SHALLOW` name as its last key."""
         names = self._names
         path = op.get("path") if "value" in op and "op" in op else None
-        return (
-            names is not None
-            and isinstance(path, str)
-            and any(names[k] for k in _pointer_keys(path))
-        )
+        if names is None or not isinstance(path, str):
+            return NOT_SENSITIVE
+        keys = list(_pointer_keys(path))
+        if any(names[k] == DEEP for k in keys):
+            return DEEP
+        while keys and (keys[-1].isdigit() or keys[-1] == "-"):
+            keys.pop()  # an item of a list under the name is a plain value under it
+        return SHALLOW if keys and names[keys[-1]] == SHALLOW else NOT_SENSITIVE
 
-    def _whole(self, v: Any) -> Any:
-        """What a value under a sensitive key becomes: ``"***"``, unless it hides nothing."""
+    def _whole(self, v: Any, level: int, keys: tuple[str, ...]) -> Any:
+        """What a value under a sensitive key becomes.
+
+        A plain value becomes ``"***"`` unless it hides nothing (``null``, booleans,
+        empties, ciphertext). A structure keeps its shape: under a credential every
+        leaf is masked; under a :data:`SHALLOW` name (``credit_card``, ``phone``) an
+        object is judged key by key and value by value, like any other.
+        """
         if v is None or isinstance(v, bool) or v in ("", MASK, {}, []):
             return v
-        if isinstance(v, str) and v.startswith(PREFIX):
+        if isinstance(v, str) and _SEALED.fullmatch(v) is not None:
             return v  # sealed: ciphertext already, and the card needs it back
+        if isinstance(v, (list, tuple)):
+            return self._items(v, lambda item: self._whole(item, level, keys))
+        if isinstance(v, dict):
+            if level == SHALLOW:
+                return self._dict(v, keys)
+            out = {k: self._whole(item, level, keys) for k, item in v.items()}
+            return v if all(out[k] is item for k, item in v.items()) else out
+        if hasattr(v, "model_dump"):
+            return self._whole(v.model_dump(mode="json"), level, keys)
         return MASK
 
     # ---- events
