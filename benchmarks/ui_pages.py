@@ -48,7 +48,7 @@ def build_many(path: Path, count: int) -> None:
         for i in range(count):
             task = f"ticket-{i:05d}"
             if i % 100 == 0:
-                runtime.run(task, inputs=list(agent.sample_inputs))
+                runtime.run(task, inputs=list(agent.sample_inputs), create=True)
             else:
                 runtime.start(task)
     finally:

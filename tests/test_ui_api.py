@@ -256,6 +256,26 @@ class TestWrites:
         assert reply["actor"] == "user"
         assert "VPN" in reply["detail"]
 
+    def test_reply_into_needs_a_sensitive_field(self, writer: TestClient) -> None:
+        """``into`` is ``skillstate reply --into``: a field that is not Sensitive is a 400
+        that does not echo the reply, and nothing is committed."""
+        before = writer.get("/api/head/t2").json()["version"]
+        response = writer.post(
+            "/api/actions/reply/t2",
+            json={"text": "4556 7375 8689 9855", "into": "priority"},
+            headers={"X-Skillstate-Token": TOKEN},
+        )
+        assert response.status_code == 400, response.text
+        assert "not a Sensitive field" in response.json()["error"]
+        assert "8689" not in response.text
+        assert writer.get("/api/head/t2").json()["version"] == before
+        refused = writer.post(
+            "/api/actions/reply/t2",
+            json={"text": "x", "into": 3},
+            headers={"X-Skillstate-Token": TOKEN},
+        )
+        assert refused.status_code == 400
+
     def test_set_rollback_fork_are_human_events(self, writer: TestClient) -> None:
         """The form writes go through the CLI's code and are logged with actor human."""
         auth = {"X-Skillstate-Token": TOKEN}
@@ -272,7 +292,7 @@ class TestWrites:
             "/actions/rollback/t1", data={"to": "4", "token": TOKEN}, follow_redirects=False
         )
         assert back.status_code == 303
-        assert "rolled%20back" in back.headers["location"]
+        assert "rolled back" in writer.get(back.headers["location"]).text
         fork = writer.post("/api/actions/fork/t1", json={"at": 4, "new_id": "t1b"}, headers=auth)
         assert fork.status_code == 200, fork.text
         rows = writer.get("/api/tasks/t1").json()["timeline"]["rows"]
@@ -335,8 +355,8 @@ def test_task_list_from_every_server_store(backend: str, tmp_path: Path) -> None
     agent = load_agent("skillstate.examples.ticket:agent")
     store = open_store(url)
     try:
-        Runtime(agent, store).run("done-1", inputs=list(agent.sample_inputs))
-        Runtime(agent, store).run("waits-2")
+        Runtime(agent, store).run("done-1", inputs=list(agent.sample_inputs), create=True)
+        Runtime(agent, store).run("waits-2", create=True)
         with client(url) as reader:
             rows = {r["task_id"]: r for r in reader.get("/api/tasks").json()["rows"]}
             assert rows["done-1"]["status"] == "completed"

@@ -12,6 +12,7 @@ reason, unless ``SKILLSTATE_REQUIRE_SERVICES=1`` (CI), where they fail.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -92,8 +93,17 @@ def page(browser: Browser) -> Iterator[Page]:
     context.close()
 
 
+DEVELOPER_PATH = re.compile(r"(?<![\w.:/-])/(?:tmp|home|work|root|Users|private|var)/")
+"""An absolute path of the machine the pages run on (a screenshot must not show one)."""
+
+
 def _shot(page: Page, name: str, **options: Any) -> None:
-    """Save a screenshot for the docs when SKILLSTATE_UI_SCREENSHOTS names a folder."""
+    """Save a screenshot for the docs when SKILLSTATE_UI_SCREENSHOTS names a folder.
+
+    Whether or not it is saved, what it would show is checked for the server's paths.
+    """
+    shown = page.locator("body").inner_text()
+    assert not DEVELOPER_PATH.search(shown), DEVELOPER_PATH.search(shown)
     folder = os.environ.get("SKILLSTATE_UI_SCREENSHOTS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
@@ -117,6 +127,7 @@ def test_tasks_timeline_diff_and_chart(page: Page, reader: Server) -> None:
     expect(rows).to_have_count(3)
     expect(page.locator("#tasks")).to_contain_text("waiting_user")
     expect(page.locator(".mode.ro")).to_have_text("read-only")
+    expect(page.locator("header .store")).to_have_text("sqlite:///state.db")
     _shot(page, "ui-tasks.png")
 
     page.get_by_role("link", name="t1", exact=True).click()

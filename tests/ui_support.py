@@ -15,9 +15,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tests.cli_support import cli_env, run_env
 from tests.test_cli import ENTRY
+
+if TYPE_CHECKING:
+    from starlette.testclient import TestClient
 
 SECRET = "tok-UI-9f3a71c2e5"
 """The orders demo's API token: stored sealed, never shown by any page."""
@@ -123,6 +127,25 @@ def post(url: str, body: bytes, headers: Mapping[str, str] | None = None) -> tup
             return response.status, response.read().decode("utf-8")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8")
+
+
+def copy_store(source: Path, target_dir: Path) -> str:
+    """A private copy of the SQLite store ``source`` (for tests that write); its URL."""
+    import sqlite3
+
+    target = target_dir / "state.db"
+    with sqlite3.connect(source) as opened, sqlite3.connect(target) as copy:
+        opened.backup(copy)
+    return f"sqlite:///{target}"
+
+
+def ui_client(url: str, **options: Any) -> TestClient:
+    """The inspector of store ``url`` in process (any Host header accepted)."""
+    from starlette.testclient import TestClient
+
+    from skillstate.ui import UIConfig, create_app
+
+    return TestClient(create_app(UIConfig(store_url=url, hosts=(), **options)))
 
 
 def chromium_path() -> str | None:

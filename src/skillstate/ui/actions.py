@@ -1,62 +1,70 @@
 """The inspector's writes: reply, rollback, fork and set, through the CLI's own code paths.
 
 A write is accepted only when the inspector was started with ``--allow-edit`` and the
-request carries its token (header ``X-Skillstate-Token``, ``Authorization: Bearer``,
-or a form's ``token`` field), compared in constant time. Each write then does what
-its command does, with the same functions and the same checks: ``reply`` commits the
-answer with :meth:`Runtime.reply` and keeps running the task (in a thread, so the page
-can follow it live) with the runtime ``skillstate reply`` builds; ``rollback``,
-``fork`` and ``set`` call :mod:`skillstate.engine.rewind` and
-:mod:`skillstate.engine.edits`, which record them as ``human`` events. A task's agent
-is used only when the operator allowed it. Every error message is masked.
+request carries its token, compared in constant time. The checks run in this order,
+each refusing with a one-line error before the next is tried:
+
+1. ``--allow-edit`` (else 403);
+2. the token, from the ``X-Skillstate-Token`` header or ``Authorization: Bearer``
+   (else 401), before a byte of the body is read. The JSON API takes the token from
+   those headers only. A page's form carries it as its ``token`` field instead, so
+   a form's body is read first, within the bound below and parsed as a plain
+   URL-encoded form, and the token is compared before any other field is used;
+3. the body's size: over :data:`~skillstate.ui.body.MAX_BODY` bytes (``Content-Length``,
+   or counted as it arrives) is a 413;
+4. its media type (the API reads ``application/json``, a form
+   ``application/x-www-form-urlencoded``; else 415) and its syntax and fields
+   (:mod:`skillstate.ui.body`; else 400).
+
+Each write then does what its command does, with the same functions and the same
+checks: ``reply`` commits the answer with :meth:`Runtime.reply` and keeps running the
+task (in a thread, so the page can follow it live) with the runtime ``skillstate
+reply`` builds; ``rollback``, ``fork`` and ``set`` call :mod:`skillstate.engine.rewind`
+and :mod:`skillstate.engine.edits`, which record them as ``human`` events and refuse
+what the command refuses (a control character in an edit among it:
+:func:`skillstate.engine.edits.check_edit`). A task's agent is used only when the
+operator allowed it. Every error message is masked.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from skillstate.errors import AgentNotAllowed, Conflict, SkillstateError, UsageError
+from skillstate.ui import body
+from skillstate.ui.body import Refused
 from skillstate.ui.config import TOKEN_HEADER
 from skillstate.ui.masking import Masker
+from skillstate.ui.notices import notice_query
 
 if TYPE_CHECKING:
     from skillstate.engine.agent import Agent
     from skillstate.ui.app import UIState
     from skillstate.ui.views import Source
 
-__all__ = ["ACTIONS", "api_routes", "form_routes", "perform"]
+__all__ = ["ACTIONS", "FIELDS", "api_routes", "form_routes", "perform"]
 
 READ_ONLY = "the inspector is read-only: start it with skillstate ui --allow-edit to change tasks"
 NO_TOKEN = (
     "this write needs the inspector's token (printed when skillstate ui --allow-edit "
     "started, or $SKILLSTATE_UI_TOKEN)"
 )
-
-
-def _text(fields: Mapping[str, Any], name: str) -> str:
-    value = fields.get(name)
-    if not isinstance(value, str) or not value.strip():
-        raise UsageError(f"{name} is required")
-    return value
-
-
-def _int(fields: Mapping[str, Any], name: str) -> int:
-    value = fields.get(name)
-    try:
-        return int(str(value))
-    except ValueError:
-        raise UsageError(f"{name} must be a whole number, not {str(value)[:40]!r}") from None
+FIELDS: dict[str, frozenset[str]] = {
+    "reply": frozenset({"text", "into"}),
+    "rollback": frozenset({"to", "effects"}),
+    "fork": frozenset({"at", "new_id", "effects"}),
+    "set": frozenset({"assignments", "force"}),
+}
+"""The fields each action takes (a form adds ``token``)."""
 
 
 def _agent(source: Source, task_id: str) -> Agent[Any]:
@@ -69,9 +77,7 @@ def _agent(source: Source, task_id: str) -> Agent[Any]:
 def _effects(fields: Mapping[str, Any]) -> Any:
     from skillstate.cli.repair import _effect_choice
 
-    choice = str(fields.get("effects") or "refuse")
-    if choice not in {"refuse", "keep", "compensate"}:
-        raise UsageError(f"effects must be refuse, keep or compensate, not {choice[:40]!r}")
+    choice = body.choice(fields, "effects", ("refuse", "keep", "compensate"), "refuse")
     return _effect_choice(choice == "compensate", choice == "keep")
 
 
@@ -79,7 +85,10 @@ def reply(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) 
     """``skillstate reply ID TEXT``: commit the answer, then keep running the task."""
     from skillstate.cli._common import _Decisions, _runtime
 
-    text = _text(fields, "text")
+    text = body.text(fields, "text")
+    into = fields.get("into") or None  # a form's empty field: an ordinary reply
+    if into is not None and not isinstance(into, str):
+        raise UsageError("into must be the name of a Sensitive field (a string)")
     agent = _agent(source, task_id)
     with ui.lock:
         running = ui.driving.get(task_id)
@@ -87,13 +96,18 @@ def reply(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) 
             raise Conflict(f"the inspector is still running task {task_id!r}; wait for it")
         decisions = _Decisions().continuing(task_id, source.store.load(task_id).state.get("driver"))
         runtime = _runtime(agent, source.store, decisions, max_steps=ui.config.max_steps)
-        replied = runtime.reply(task_id, text)
+        replied = runtime.reply(task_id, text, into=into)
 
         def drive() -> None:
             try:
                 runtime.run(task_id)
             except SkillstateError as exc:  # shown on the task's page by its error log
                 print(f"skillstate ui: task {task_id}: {exc}", file=sys.stderr)
+            except Exception as exc:
+                if not ui.closing.is_set():
+                    raise
+                # The inspector closed the store under the step: it stopped, uncommitted.
+                print(f"skillstate ui: task {task_id} stopped: {exc}", file=sys.stderr)
 
         thread = threading.Thread(target=drive, name=f"skillstate-ui-{task_id}", daemon=True)
         ui.driving[task_id] = thread
@@ -106,7 +120,7 @@ def rollback(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any
     from skillstate.engine.rewind import rollback_task
     from skillstate.engine.runtime import Runtime
 
-    to = _int(fields, "to")
+    to = body.whole(fields, "to")
     choice = _effects(fields)
     agent = _agent(source, task_id) if choice == "compensate" else None
     version = rollback_task(source.store, task_id, to, effects=choice, agent=agent)
@@ -122,20 +136,28 @@ def fork(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -
     from skillstate.cli._common import _new_task_id
     from skillstate.engine.rewind import fork_task
 
-    at = _int(fields, "at")
+    at = body.whole(fields, "at")
     agent = _agent(source, task_id)
-    new_id = _new_task_id(agent, _text(fields, "new_id").strip())
+    new_id = _new_task_id(agent, body.text(fields, "new_id").strip())
     fork_task(source.store, agent, task_id, at, new_id, effects=_effects(fields))
     return f"task {new_id} starts from version {at}"
 
 
 def set_(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -> str:
-    """``skillstate set ID PATH=VALUE... [--force]`` (one assignment per line)."""
+    """``skillstate set ID PATH=VALUE... [--force]``: ``assignments`` is one string of
+    lines (a form's textarea) or a list of strings, each ``PATH=VALUE`` with VALUE read
+    as YAML as the command reads it; ``force`` is a boolean."""
+    import yaml
+
     from skillstate.cli._common import _parse_assignments
     from skillstate.engine.edits import set_agent_reference, set_fields
 
-    lines = [line for line in _text(fields, "assignments").splitlines() if line.strip()]
-    writes = _parse_assignments(lines)
+    lines = body.lines(fields, "assignments")
+    force = body.flag(fields, "force")
+    try:
+        writes = _parse_assignments(lines)
+    except yaml.YAMLError as exc:  # what the YAML reader refuses before parsing
+        raise UsageError(f"an assignment is not valid YAML: {str(exc).splitlines()[0]}") from None
     acc = source.access(task_id)
     if acc.agent is None:
         if set(writes) != {"agent"}:
@@ -143,7 +165,6 @@ def set_(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -
         # The repair of a bad agent reference never imports it (or any other).
         version = set_agent_reference(source.store, task_id, writes["agent"])
         return f"set agent as version {version}"
-    force = str(fields.get("force", "")).lower() in {"1", "true", "on", "yes"}
     state = set_fields(source.store, acc.agent, task_id, writes, force=force)
     return f"set {', '.join(writes)} as version {state.version}"
 
@@ -156,19 +177,27 @@ ACTIONS: dict[str, Callable[[UIState, Source, str, Mapping[str, Any]], str]] = {
 }
 
 
-def perform(ui: UIState, request: Request, name: str, fields: Mapping[str, Any]) -> str:
-    """Check the token, run action ``name``; a refusal or failure is raised, masked."""
+def authorize(ui: UIState, given: str | None) -> None:
+    """Refuse a write unless edits are on (403) and ``given`` is the token (401)."""
     if not ui.config.allow_edit:
-        raise HTTPException(403, READ_ONLY)
-    given = request.headers.get(TOKEN_HEADER) or fields.get("token")
+        raise Refused(403, READ_ONLY, "ReadOnly")
+    if not ui.config.token_ok(given):
+        raise Refused(401, NO_TOKEN, "TokenRequired")
+
+
+def header_token(request: Request) -> str | None:
+    """The token of ``X-Skillstate-Token`` or ``Authorization: Bearer``, if either is sent."""
+    given = request.headers.get(TOKEN_HEADER)
     bearer = request.headers.get("authorization", "")
-    if bearer.lower().startswith("bearer "):
-        given = given or bearer[7:].strip()
-    if not ui.config.token_ok(str(given) if given else None):
-        raise HTTPException(401, NO_TOKEN)
-    action = ACTIONS.get(name)
-    if action is None:
-        raise HTTPException(404, f"no action {name[:40]!r} (reply, rollback, fork, set)")
+    if not given and bearer[:7].lower() == "bearer ":
+        given = bearer[7:].strip()
+    return given or None
+
+
+def perform(ui: UIState, request: Request, name: str, fields: Mapping[str, Any]) -> str:
+    """Run action ``name`` (the caller checked the token); a failure is raised, masked."""
+    action = ACTIONS[name]
+    body.only(fields, FIELDS[name], name)
     source = ui.source(request)
     task_id = str(request.path_params["task_id"])
     try:
@@ -176,7 +205,8 @@ def perform(ui: UIState, request: Request, name: str, fields: Mapping[str, Any])
     except SkillstateError as exc:
         from skillstate.ui.app import status_of
 
-        raise HTTPException(status_of(exc), _masked(source, task_id, fields, str(exc))) from None
+        message = _masked(source, task_id, fields, str(exc))
+        raise Refused(status_of(exc), message, type(exc).__name__) from None
 
 
 def _masked(source: Source, task_id: str, fields: Mapping[str, Any], text: str) -> str:
@@ -185,44 +215,57 @@ def _masked(source: Source, task_id: str, fields: Mapping[str, Any], text: str) 
         masker = source.access(task_id).masker
     except SkillstateError:
         masker = Masker()
+    given = fields.get("assignments")
+    items = given.splitlines() if isinstance(given, str) else given
     extra = []
-    for line in str(fields.get("assignments") or "").splitlines():
-        path, _, value = line.partition("=")
+    for line in items if isinstance(items, list) else []:
+        path, _, value = str(line).partition("=")
         if masker.sensitive_path("/" + path.strip().split(".")[0]) and value.strip():
             extra.append(value.strip())
     return Masker.of(masker.hidden, [*masker.secrets, *extra]).text(text)
 
 
-async def _fields(request: Request) -> dict[str, Any]:
-    body = (await request.body()).decode("utf-8", errors="replace")
-    if request.headers.get("content-type", "").startswith("application/json"):
-        try:
-            data = json.loads(body or "{}")
-        except ValueError as exc:
-            raise UsageError(f"the body is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise UsageError("the body must be a JSON object")
-        return data
-    return dict(parse_qsl(body, keep_blank_values=True))
+def _action(request: Request) -> str:
+    name = str(request.path_params["name"])
+    if name not in ACTIONS:
+        raise Refused(404, f"no action {name[:40]!r} (reply, rollback, fork, set)", "NoAction")
+    return name
 
 
 async def api_action(request: Request) -> Response:
+    """``POST /api/actions/NAME/ID`` with a JSON object: the token first, then the body."""
     ui: UIState = request.app.state.ui
-    fields = await _fields(request)
-    name = str(request.path_params["name"])
+    authorize(ui, header_token(request))
+    name = _action(request)
+    if body.media_type(request) != "application/json":
+        raise Refused(
+            415, "send the fields as a JSON object, Content-Type: application/json", "MediaType"
+        )
+    fields = body.json_object(await body.read_body(request, ui.config.max_body))
     message = await run_in_threadpool(perform, ui, request, name, fields)
     head = ui.store.load(str(request.path_params["task_id"]), verify=False).version
     return JSONResponse({"ok": True, "message": message, "version": head})
 
 
 async def form_action(request: Request) -> Response:
+    """A page's form: its token is a field, compared before any other field is used."""
     ui: UIState = request.app.state.ui
-    fields = await _fields(request)
-    name = str(request.path_params["name"])
+    if not ui.config.allow_edit:
+        raise Refused(403, READ_ONLY, "ReadOnly")
+    sent = header_token(request)
+    if sent is not None:
+        authorize(ui, sent)  # before the body, as the API does
+    if body.media_type(request) != "application/x-www-form-urlencoded":
+        raise Refused(415, "a form is sent as application/x-www-form-urlencoded", "MediaType")
+    fields = body.form_fields(await body.read_body(request, ui.config.max_body))
+    token = fields.pop("token", None)
+    if sent is None:
+        authorize(ui, token)
+    name = _action(request)
     message = await run_in_threadpool(perform, ui, request, name, fields)
     task_id = str(request.path_params["task_id"])
-    target = f"/tasks/{quote(task_id)}?notice={quote(message)}"
-    return RedirectResponse(target, status_code=303)
+    query = notice_query(ui.notice_key, task_id, message)
+    return RedirectResponse(f"/tasks/{quote(task_id)}?{query}", status_code=303)
 
 
 def api_routes() -> list[BaseRoute]:

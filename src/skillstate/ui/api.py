@@ -1,7 +1,8 @@
 """The JSON API under /api/: the same page models the HTML pages render.
 
 =================================  ==================================================
-``GET /api/tasks``                 the task list (``status``, ``agent``, ``q``, ``page``)
+``GET /api/tasks``                 the task list (``status``, ``agent``, ``q``, ``sort``,
+                                   ``page``, ``size``: at most 200 rows a page)
 ``GET /api/tasks/{id}``            the head's card, a page of the timeline, first bad step
 ``GET /api/head/{id}``             version, status and step (what a live page polls)
 ``GET /api/steps/{v}/{id}``        one step: its row and its diff (patch, before/after)
@@ -9,11 +10,12 @@
 ``GET /api/tokens/{id}``           the token curve (state view against full history)
 ``GET /api/artifacts/{ref}/{id}``  a tool's raw output
 ``GET /api/reports[/{n}]``         the evaluation reports, one report
-``POST /api/actions/{name}/{id}``  reply, rollback, fork, set (see :mod:`.actions`)
+``POST /api/actions/{name}/{id}``  reply, rollback, fork, set: a JSON object of fields,
+                                   the token in a header (see :mod:`.actions`)
 =================================  ==================================================
 
 Task routes also answer under ``/api/r/{n}/{run}/`` for the runs of report ``n``.
-Everything is masked as the pages are.
+Everything is masked as the pages are. An error is ``{"error": ..., "kind": ...}``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
+from skillstate.ui.app import shown_path
 from skillstate.ui.data import artifact_text, list_tasks, state_at, step_diff, step_rows
-from skillstate.ui.pages import int_param
+from skillstate.ui.params import WHOLE, page_param, size_param
 from skillstate.ui.reports import load_report
 from skillstate.ui.views import head_summary, task_view, token_chart
 
@@ -50,11 +53,11 @@ def tasks(request: Request) -> JSONResponse:
         status=query.get("status") or None,
         agent=query.get("agent") or None,
         query=query.get("q") or None,
-        page=int_param(request, "page", 1) or 1,
-        size=int_param(request, "size", ui.config.page_size) or ui.config.page_size,
+        page=page_param(request) or 1,
+        size=size_param(request, ui.config.page_size),
         sort=query.get("sort") or "updated",
     )
-    return JSONResponse({"store": ui.store.url, **dataclasses.asdict(found)})
+    return JSONResponse({"store": shown_path(ui.store.url), **dataclasses.asdict(found)})
 
 
 def task(request: Request) -> JSONResponse:
@@ -62,7 +65,7 @@ def task(request: Request) -> JSONResponse:
     view = task_view(
         ui.source(request),
         str(request.path_params["task_id"]),
-        page=int_param(request, "page"),
+        page=page_param(request),
         size=ui.config.page_size,
         expect=ui.expect_file(request.query_params.get("expect")),
     )
@@ -103,9 +106,8 @@ def tokens(request: Request) -> JSONResponse:
 def artifact(request: Request) -> JSONResponse:
     source = _ui(request).source(request)
     task_id = str(request.path_params["task_id"])
-    found = artifact_text(
-        source.store, str(request.path_params["ref"]), source.access(task_id).masker
-    )
+    ref = str(request.path_params["ref"])
+    found = artifact_text(source.store, task_id, ref, source.access(task_id).masker)
     return JSONResponse(dataclasses.asdict(found))
 
 
@@ -124,7 +126,7 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/api/tasks", tasks),
         Route("/api/reports", reports),
-        Route("/api/reports/{report:int}", report),
+        Route(f"/api/reports/{{report:{WHOLE}}}", report),
         *[Route(f"/api{r.path}", r.endpoint) for r in _task_routes()],
     ]
 
@@ -133,8 +135,8 @@ def _task_routes() -> list[Route]:
     return [
         Route("/tasks/{task_id:path}", task),
         Route("/head/{task_id:path}", head),
-        Route("/steps/{version:int}/{task_id:path}", step),
-        Route("/versions/{version:int}/{task_id:path}", version),
+        Route(f"/steps/{{version:{WHOLE}}}/{{task_id:path}}", step),
+        Route(f"/versions/{{version:{WHOLE}}}/{{task_id:path}}", version),
         Route("/tokens/{task_id:path}", tokens),
         Route("/artifacts/{ref}/{task_id:path}", artifact),
     ]

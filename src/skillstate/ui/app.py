@@ -4,12 +4,15 @@
 (:mod:`skillstate.ui.api`) and the writes (:mod:`skillstate.ui.actions`) to one
 :class:`UIState`. Handlers are plain functions (Starlette runs them in its thread
 pool): the stores are synchronous. Every error becomes a page or a JSON object
-whose message went through the task's masker.
+whose message went through the task's masker and lost the server's directories;
+an unexpected one is a one-line 500 (its traceback goes to the server's log only).
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import secrets
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,12 +26,13 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from skillstate.errors import (
     AgentImportError,
+    ArtifactNotFound,
     Conflict,
     SkillstateError,
     StateCorrupted,
@@ -38,6 +42,7 @@ from skillstate.errors import (
 )
 from skillstate.store.base import Store
 from skillstate.ui.config import UIConfig
+from skillstate.ui.masking import without_paths
 from skillstate.ui.reports import load_report, run_paths
 from skillstate.ui.views import Source
 
@@ -45,6 +50,8 @@ __all__ = ["UIState", "create_app", "masked_error", "render", "status_of"]
 
 HERE = Path(__file__).parent
 _SEALED = re.compile(r"enc:v1:[A-Za-z0-9_=:.-]+")
+INTERNAL = "internal error: the inspector's log has the details"
+_LOG = logging.getLogger("skillstate.ui")
 
 
 @dataclass
@@ -59,6 +66,9 @@ class UIState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     driving: dict[str, threading.Thread] = field(default_factory=dict)
     """Tasks the inspector is running after a reply (one thread each)."""
+    closing: threading.Event = field(default_factory=threading.Event)
+    notice_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    """Signs the notices a form's write redirects with (:mod:`skillstate.ui.notices`)."""
 
     def source(self, request: Request) -> Source:
         """The served store, or the evaluation run the URL names (``/r/N/RUN/...``)."""
@@ -94,13 +104,17 @@ class UIState:
         """
         if not given:
             return None
-        path = Path(given).resolve()
+        refused = UsageError(
+            "expect must be a .json file under the inspector's working directory "
+            "or a --report directory"
+        )
+        try:
+            path = Path(given).resolve()
+        except (OSError, ValueError):  # a NUL byte, a name too long
+            raise refused from None
         roots = [Path.cwd().resolve(), *(root.resolve() for root in self.config.reports)]
         if path.suffix != ".json" or not any(path.is_relative_to(root) for root in roots):
-            raise UsageError(
-                "expect must be a .json file under the inspector's working directory "
-                "or a --report directory"
-            )
+            raise refused
         return str(path)
 
     def report_dir(self, number: int) -> Path:
@@ -114,14 +128,25 @@ class UIState:
         for number, directory in enumerate(self.config.reports, 1):
             try:
                 report = load_report(directory)
-                out.append({"number": number, "path": str(directory), "meta": report.meta})
+                out.append({"number": number, "path": shown_path(directory), "meta": report.meta})
             except UsageError as exc:
-                out.append({"number": number, "path": str(directory), "error": str(exc)})
+                message = without_paths(str(exc))
+                out.append({"number": number, "path": shown_path(directory), "error": message})
         return out
 
     def close(self) -> None:
+        # A task the inspector drives after a reply gets a moment to finish its step:
+        # closing the store under it would fail that step.
+        self.closing.set()
+        for thread in list(self.driving.values()):
+            thread.join(timeout=10)
         for store in [self.store, *self.runs.values()]:
             store.close()
+
+
+def shown_path(path: Path | str) -> str:
+    """A server path as pages show it: relative to the working directory, else ``…/NAME``."""
+    return without_paths(str(path))
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
@@ -130,7 +155,7 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
     page = ui.templates.get_template(template).render(
         request=request,
         config=ui.config,
-        store_url=ui.store.url,
+        store_url=shown_path(ui.store.url),
         reports=ui.config.reports,
         **context,
     )
@@ -140,7 +165,7 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
 def status_of(exc: Exception) -> int:
     if isinstance(exc, HTTPException):
         return exc.status_code
-    if isinstance(exc, TaskNotFound):
+    if isinstance(exc, TaskNotFound | ArtifactNotFound):
         return 404
     if isinstance(exc, Conflict | StateCorrupted):
         return 409
@@ -152,7 +177,8 @@ def status_of(exc: Exception) -> int:
 
 
 def masked_error(request: Request, exc: Exception) -> str:
-    """The error's message, masked as the task it is about masks (and sealed values)."""
+    """The error's message, masked as the task it is about masks (and sealed values),
+    without the server's directories, on one line."""
     text = exc.detail if isinstance(exc, HTTPException) else str(exc)
     text = _SEALED.sub("***", str(text))
     task_id = request.path_params.get("task_id")
@@ -162,21 +188,35 @@ def masked_error(request: Request, exc: Exception) -> str:
             text = masker.text(text)
         except Exception:
             pass
-    return text
+    # Secrets first: a secret that holds a path or a line break is masked whole.
+    return " ".join(without_paths(text).split())
 
 
 async def _on_error(request: Request, exc: Exception) -> Response:
     status = status_of(exc)
     message = masked_error(request, exc)
+    kind = getattr(exc, "kind", None) or type(exc).__name__
     if request.url.path.startswith("/api/"):
-        return JSONResponse({"error": message, "kind": type(exc).__name__}, status_code=status)
+        return JSONResponse({"error": message, "kind": kind}, status_code=status)
     return render(request, "error.html", status_code=status, message=message, status=status)
+
+
+async def _on_crash(request: Request, exc: Exception) -> Response:
+    """A bug: one line to the client; the traceback to the server's log, not the page."""
+    _LOG.error("skillstate ui: %s %s failed", request.method, request.url.path, exc_info=exc)
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": INTERNAL, "kind": "InternalError"}, status_code=500)
+    try:
+        return render(request, "error.html", status_code=500, message=INTERNAL, status=500)
+    except Exception:  # the page itself may be what fails
+        return PlainTextResponse(INTERNAL, status_code=500)
 
 
 def create_app(config: UIConfig, store: Store | None = None) -> Starlette:
     """The inspector for ``config`` (``store`` instead of opening ``config.store_url``)."""
     from skillstate.store import open_store
     from skillstate.ui import actions, api, pages
+    from skillstate.ui.params import WHOLE
 
     db = store if store is not None else open_store(config.store_url, create=False)
     env = Environment(
@@ -189,13 +229,14 @@ def create_app(config: UIConfig, store: Store | None = None) -> Starlette:
     env.filters["short"] = lambda text, n=80: (
         text if len(str(text)) <= n else f"{str(text)[: n - 1]}…"
     )
+    env.filters["shown"] = shown_path
     ui = UIState(config, db, env)
     task_routes = [*pages.task_routes(), *actions.form_routes()]
     routes: list[BaseRoute] = [
         *pages.routes(),
         *task_routes,
-        Mount("/r/{report:int}/{run}", routes=pages.task_routes()),
-        Mount("/api/r/{report:int}/{run}", routes=api.task_routes()),
+        Mount(f"/r/{{report:{WHOLE}}}/{{run}}", routes=pages.task_routes()),
+        Mount(f"/api/r/{{report:{WHOLE}}}/{{run}}", routes=api.task_routes()),
         *api.routes(),
         *actions.api_routes(),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
@@ -203,7 +244,11 @@ def create_app(config: UIConfig, store: Store | None = None) -> Starlette:
     middleware = []
     if config.hosts:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(config.hosts)))
-    handlers: dict[Any, Any] = {SkillstateError: _on_error, HTTPException: _on_error}
+    handlers: dict[Any, Any] = {
+        SkillstateError: _on_error,
+        HTTPException: _on_error,
+        Exception: _on_crash,
+    }
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

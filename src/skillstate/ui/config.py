@@ -12,12 +12,15 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["TOKEN_ENV", "UIConfig", "new_token"]
+__all__ = ["MAX_BODY", "TOKEN_ENV", "UIConfig", "new_token"]
 
 TOKEN_ENV = "SKILLSTATE_UI_TOKEN"
 """Where ``skillstate ui --allow-edit`` takes its write token from (else it makes one)."""
 TOKEN_HEADER = "x-skillstate-token"
 """The header a write carries the token in (forms send a ``token`` field instead)."""
+MAX_BODY = 64 * 1024
+"""The largest write body the inspector reads, in bytes (a reply, a few assignments);
+a larger one is refused (413) before or while it is read."""
 
 
 def new_token() -> str:
@@ -44,6 +47,8 @@ class UIConfig:
     """Decisions a task takes after a reply before the inspector stops driving it."""
     page_size: int = 50
     """Rows per page of the task list and of a task's timeline."""
+    max_body: int = MAX_BODY
+    """The largest write body accepted, in bytes."""
     hosts: tuple[str, ...] = field(default=("127.0.0.1", "localhost", "::1", "[::1]"))
     """Host headers accepted (DNS rebinding guard); empty accepts any."""
 

@@ -67,6 +67,8 @@ class TaskPage:
     """Tasks in the store."""
     page: int
     pages: int
+    size: int
+    """Rows a page holds."""
     statuses: list[str]
     """Every status present in the store (for the filter)."""
     agents: list[str]
@@ -91,7 +93,7 @@ def list_tasks(
     from skillstate.cli.listing import _status
 
     if sort not in {"updated", "id"}:
-        raise UsageError(f"sort must be updated or id, not {sort!r}")
+        raise UsageError(f"sort must be updated or id, not {sort[:40]!r}")
     heads = store.heads()
     needle = (query or "").strip().casefold()
     rows = [
@@ -114,6 +116,7 @@ def list_tasks(
         stored=len(heads),
         page=page,
         pages=pages,
+        size=size,
         statuses=sorted({s for s in map(_status, heads) if s}),
         agents=sorted({h.agent for h in heads if h.agent}),
     )
@@ -390,12 +393,22 @@ class ArtifactText:
     cut: bool
 
 
-def artifact_text(store: Store, ref: str, masker: Masker) -> ArtifactText:
-    """A tool's raw output as text (opened if sealed, masked, pretty when JSON)."""
+def artifact_text(store: Store, task_id: str, ref: str, masker: Masker) -> ArtifactText:
+    """A raw output of task ``task_id`` as text (opened if sealed, masked, pretty when JSON).
+
+    Artifacts are content-addressed and shared by the whole store, so a ref alone says
+    nothing of whose output it is, and ``masker`` knows the secrets of ``task_id``
+    only. The artifact is served only if the task's own log names it (a tool call's
+    ref, or a ref its card or an action holds); any other is "not found" here, never
+    another task's output under this task's masking.
+    """
+    from skillstate.errors import ArtifactNotFound
     from skillstate.store.sealing import read_artifact
 
     if not _REF.fullmatch(ref):
         raise UsageError(f"not an artifact ref: {ref[:80]!r} (expected sha256:<64 hex digits>)")
+    if not any(ref in event.model_dump_json() for event in store.events(task_id)):
+        raise ArtifactNotFound(f"task {task_id!r} has no artifact {ref}")
     data = read_artifact(store, ref)
     text = data.decode("utf-8", errors="replace")
     try:

@@ -11,18 +11,31 @@ the inspector never decrypts anything: it shows documents as stored, with
   agent and the server has ``SKILLSTATE_KEY``) replaced in any text shown: tool
   outputs, replies, error messages. That is what a value copied somewhere the
   redaction policy did not know about would need.
+
+The server's own directories are not shown either (:func:`without_paths`): a path
+under the working directory is shown relative to it, any other absolute path as
+``…/NAME``, in every error message, the store's URL and the report and
+expectation paths. They tell a visitor nothing they need and a prober a lot.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from skillstate.state.redact import Redactor
 from skillstate.state.secrets import MASK, is_sealed
 
-__all__ = ["MASK", "Masker"]
+__all__ = ["MASK", "Masker", "without_paths"]
+
+# The directories of an absolute path: after a ``sqlite:///`` URL's three slashes, or
+# where no word, URL or path character precedes the first slash (so ``a/b``,
+# ``http://host/x`` and ``/tasks`` stay as they are). A Windows path alike.
+_POSIX_DIRS = re.compile(r"(?:(?<=:///)|(?<![\w.~:/\\-]))(?:/[^\s'\"<>/]+)+/")
+_WINDOWS_DIRS = re.compile(r"(?<![\w])[A-Za-z]:\\(?:[^\s'\"<>\\]+\\)+")
 
 
 @dataclass(frozen=True)
@@ -77,3 +90,12 @@ class Masker:
         """Whether a JSON Pointer (``/api_token``, ``/api_token/x``) is in a sensitive field."""
         top = pointer.split("/")[1] if pointer.startswith("/") else ""
         return top.replace("~1", "/").replace("~0", "~") in self.hidden
+
+
+def without_paths(text: str) -> str:
+    """``text`` with the server's directories left out (see the module docstring)."""
+    cwd = str(Path.cwd())
+    if cwd != "/":
+        text = text.replace(cwd + "/", "")
+    text = _POSIX_DIRS.sub("…/", text)
+    return _WINDOWS_DIRS.sub("…\\\\", text)

@@ -11,9 +11,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from skillstate.errors import UsageError
 from skillstate.ui.app import render
 from skillstate.ui.data import artifact_text, list_tasks, state_at, step_diff, step_rows
+from skillstate.ui.notices import notice_of
+from skillstate.ui.params import WHOLE, page_param, size_param
 from skillstate.ui.reports import PLOTS, load_report
 from skillstate.ui.views import task_view, token_chart
 
@@ -28,17 +29,6 @@ def _ui(request: Request) -> UIState:
     return ui
 
 
-def int_param(request: Request, name: str, default: int | None = None) -> int | None:
-    """A query parameter that must be a whole number (absent: ``default``)."""
-    text = request.query_params.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise UsageError(f"{name} must be a whole number, not {text[:40]!r}") from None
-
-
 def tasks_page(request: Request) -> Response:
     ui = _ui(request)
     query = request.query_params
@@ -47,11 +37,11 @@ def tasks_page(request: Request) -> Response:
         status=query.get("status") or None,
         agent=query.get("agent") or None,
         query=query.get("q") or None,
-        page=int_param(request, "page", 1) or 1,
-        size=ui.config.page_size,
+        page=page_param(request) or 1,
+        size=size_param(request, ui.config.page_size),
         sort=query.get("sort") or "updated",
     )
-    keep = {k: v for k, v in query.items() if k in {"status", "agent", "q", "sort"} and v}
+    keep = {k: v for k, v in query.items() if k in {"status", "agent", "q", "sort", "size"} and v}
     return render(request, "tasks.html", found=found, filters=keep)
 
 
@@ -62,11 +52,12 @@ def task_page(request: Request) -> Response:
     view = task_view(
         source,
         task_id,
-        page=int_param(request, "page"),
+        page=page_param(request),
         size=ui.config.page_size,
         expect=ui.expect_file(request.query_params.get("expect")),
     )
-    return render(request, "task.html", view=view, source=source)
+    notice = notice_of(ui.notice_key, request, task_id)
+    return render(request, "task.html", view=view, source=source, notice=notice)
 
 
 def step_page(request: Request) -> Response:
@@ -123,7 +114,8 @@ def artifact_page(request: Request) -> Response:
     source = _ui(request).source(request)
     task_id = str(request.path_params["task_id"])
     acc = source.access(task_id)
-    found = artifact_text(source.store, str(request.path_params["ref"]), acc.masker)
+    ref = str(request.path_params["ref"])
+    found = artifact_text(source.store, task_id, ref, acc.masker)
     return render(request, "artifact.html", source=source, task_id=task_id, artifact=found)
 
 
@@ -152,8 +144,8 @@ def routes() -> list[BaseRoute]:
     return [
         Route("/", tasks_page),
         Route("/reports", reports_page),
-        Route("/reports/{report:int}", report_page),
-        Route("/reports/{report:int}/plots/{name}", report_plot),
+        Route(f"/reports/{{report:{WHOLE}}}", report_page),
+        Route(f"/reports/{{report:{WHOLE}}}/plots/{{name}}", report_plot),
     ]
 
 
@@ -161,8 +153,8 @@ def task_routes() -> list[BaseRoute]:
     """The pages of one task (mounted for the served store and for each report run)."""
     return [
         Route("/tasks/{task_id:path}", task_page),
-        Route("/steps/{version:int}/{task_id:path}", step_page),
-        Route("/versions/{version:int}/{task_id:path}", version_page),
+        Route(f"/steps/{{version:{WHOLE}}}/{{task_id:path}}", step_page),
+        Route(f"/versions/{{version:{WHOLE}}}/{{task_id:path}}", version_page),
         Route("/chart/{task_id:path}", chart_fragment),
         Route("/artifacts/{ref}/{task_id:path}", artifact_page),
     ]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from skillstate.errors import UsageError
+from skillstate.ui.masking import without_paths
 
 __all__ = ["PLOTS", "Report", "RunLink", "load_report", "run_paths"]
 
@@ -64,7 +65,7 @@ class Report:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "path": str(self.path),
+            "path": without_paths(str(self.path)),
             **self.meta,
             "variants": dict(self.variants),
             "tasks": [{**r.row, "run": r.run, "stored": r.stored} for r in self.runs],
@@ -82,7 +83,8 @@ def load_report(directory: Path) -> Report:
         variants = data.get("variants") or {}
         tasks = data.get("tasks") or []
     except (OSError, ValueError, TypeError) as exc:
-        raise UsageError(f"cannot read the report {path}: {exc}") from None
+        # Named by its folder: the server's directories are not the visitor's business.
+        raise UsageError(f"cannot read the report {directory.name}/{path.name}: {exc}") from None
     meta_keys = ("model", "suite", "seeds", "command", "machine", "started_at", "duration_s")
     runs = []
     for row in tasks:

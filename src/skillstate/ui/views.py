@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from skillstate.errors import StateCorrupted, StoreError, UsageError
 from skillstate.ui.data import StepRow, TaskAccess, access, first_bad, step_rows
+from skillstate.ui.masking import without_paths
 
 if TYPE_CHECKING:
     from skillstate.engine.replay import Attribution
@@ -60,7 +61,7 @@ class TaskView:
     first_bad: Attribution | None
     first_bad_page: int | None
     expect: str | None
-    """Where the expectations came from (a path), when given."""
+    """Where the expectations came from (a path, as :func:`without_paths` shows it)."""
     agent_note: str | None
     """Why the task's agent is not used (the pages then show what is stored)."""
     question: str | None
@@ -138,7 +139,7 @@ def task_view(
         steps=len(rows),
         first_bad=found,
         first_bad_page=bad_page,
-        expect=path,
+        expect=without_paths(path) if path else None,
         agent_note=acc.why_no_agent,
         question=question if isinstance(question, str) else None,
     )
