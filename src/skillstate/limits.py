@@ -16,10 +16,21 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DEFAULT_LIMITS", "Limits", "problem"]
+__all__ = ["DEFAULT_LIMITS", "INT_DIGITS", "Limits", "edit_problem", "problem"]
+
+INT_DIGITS = 4_300
+"""The longest integer a card holds, in decimal digits: CPython's default limit on
+int-string conversion. A longer one could not be written as JSON or read back
+(``ValueError: Exceeds the limit (4300 digits)``), so it is refused where it comes
+in, whatever limit the interpreter was started with."""
+_TOO_LONG_INT = 10**INT_DIGITS
+_SHORT_INT_BITS = 14_000
+"""Integers of at most this many bits have fewer than 4,300 digits (14,000 * log10 2 is
+about 4,214): the common case needs no big-number comparison."""
 
 
 @dataclass(frozen=True)
@@ -58,17 +69,11 @@ def problem(value: Any, *, chars: int, depth: int) -> str | None:
 
 
 def _walk(value: Any, limit: int) -> str | None:
-    """Depth, lone surrogates and non-finite floats, without recursion."""
+    """Depth, lone surrogates, non-finite floats and huge integers, without recursion."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         node, level = stack.pop()
-        if isinstance(node, str):
-            if _has_surrogate(node):
-                return "it holds text that is not valid Unicode (a lone surrogate)"
-        elif isinstance(node, float):
-            if not math.isfinite(node):
-                return "it holds a number JSON cannot store (infinity or NaN)"
-        elif isinstance(node, dict):
+        if isinstance(node, dict):
             if level >= limit:
                 return f"it is nested more than {limit} levels deep"
             for key, item in node.items():
@@ -79,6 +84,22 @@ def _walk(value: Any, limit: int) -> str | None:
             if level >= limit:
                 return f"it is nested more than {limit} levels deep"
             stack.extend((item, level + 1) for item in node)
+        else:
+            found = _scalar(node)
+            if found is not None:
+                return found
+    return None
+
+
+def _scalar(node: Any) -> str | None:
+    if isinstance(node, str) and _has_surrogate(node):
+        return "it holds text that is not valid Unicode (a lone surrogate)"
+    if isinstance(node, float) and not math.isfinite(node):
+        return "it holds a number JSON cannot store (infinity or NaN)"
+    # The bit length first: only a very long integer is compared with 10**4300.
+    long = isinstance(node, int) and node.bit_length() > _SHORT_INT_BITS
+    if long and abs(node) >= _TOO_LONG_INT:
+        return f"it holds an integer of more than {INT_DIGITS:,} digits"
     return None
 
 
@@ -88,3 +109,57 @@ def _has_surrogate(text: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+# C0 controls but tab and line feed, DEL, C1 controls, and the bidirectional embeddings,
+# overrides and isolates (U+202A-U+202E, U+2066-U+2069). A key (a field or fact name,
+# a ``set`` path) may hold no control character at all: it is shown on one line.
+_BIDI = "\u202a-\u202e\u2066-\u2069"
+_UNSAFE_IN_TEXT = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+_UNSAFE_IN_KEY = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+
+
+def edit_problem(value: Any, *, depth: int = DEFAULT_LIMITS.depth) -> str | None:
+    """What makes ``value`` unfit for a person's edit of a card (``set``, ``edit``, the
+    web inspector), or None.
+
+    Besides :func:`problem`'s bounds (depth, lone surrogates, NaN and infinity,
+    integers over :data:`INT_DIGITS` digits), text may hold no control character but
+    line feed and tab (multi-line text is fine in a value, never in a key), no DEL or
+    C1 control, and no bidirectional override: an escape sequence would drive the
+    terminal of whoever runs ``show`` or ``log``, and an override makes text display
+    differently from what the next decision reads (``refund 40`` shown, ``refund 04``
+    stored), the one thing a person checking a card must be able to trust.
+    """
+    found = problem(value, chars=1 << 30, depth=depth)
+    if found is not None:
+        return found
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            found = _unsafe(node, _UNSAFE_IN_TEXT, "")
+        elif isinstance(node, dict):
+            keys = (_unsafe(k, _UNSAFE_IN_KEY, " in a key") for k in node if isinstance(k, str))
+            found = next((f for f in keys if f is not None), None)
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+        if found is not None:
+            return found
+    return None
+
+
+def _unsafe(text: str, pattern: re.Pattern[str], where: str) -> str | None:
+    match = pattern.search(text)
+    if match is None:
+        return None
+    code = ord(match.group())
+    kind = (
+        "a bidirectional control character"
+        if code >= 0x202A
+        else "a line break or tab"
+        if chr(code) in "\n\t"
+        else "a control character"
+    )
+    return f"it holds {kind}{where} (U+{code:04X})"

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
+import pytest
 import yaml
 
 from skillstate.store.base import Store
@@ -47,6 +48,10 @@ class Damage(Protocol):
 
     def damage_lease(self, store: Store, task_id: str, kind: LeaseDamage) -> None:
         """Damage the expiry of the task's (held) lease."""
+
+    def set_counter(self, store: Store, task_id: str, name: str, value: Any) -> None:
+        """Store ``value`` as the head's chain counter ``name`` (chain_len, chain_bytes);
+        skips the test when the backend's column cannot hold it."""
 
 
 FAR_FUTURE_SECONDS = 1e12  # year ~33700
@@ -88,6 +93,9 @@ class MemoryDamage:
     def damage_lease(self, store: Store, task_id: str, kind: LeaseDamage) -> None:
         record = cast("Any", store)._leases[task_id]
         record.expires = FAR_FUTURE_SECONDS if kind == "far" else "soon"
+
+    def set_counter(self, store: Store, task_id: str, name: str, value: Any) -> None:
+        setattr(cast("Any", store)._tasks[task_id], name, value)
 
 
 # ---------------------------------------------------------------------- sqlite
@@ -140,6 +148,10 @@ class SQLiteDamage:
     def damage_lease(self, store: Store, task_id: str, kind: LeaseDamage) -> None:
         value: Any = FAR_FUTURE_SECONDS * 1e8 if kind == "far" else "soon"
         self._sql(store, "UPDATE leases SET expires_at = ? WHERE task_id = ?", value, task_id)
+
+    def set_counter(self, store: Store, task_id: str, name: str, value: Any) -> None:
+        assert name in {"chain_len", "chain_bytes"}
+        self._sql(store, f"UPDATE tasks SET {name} = ? WHERE task_id = ?", value, task_id)
 
 
 # ---------------------------------------------------------------------- files
@@ -207,6 +219,12 @@ class FilesDamage:
         lease["expires_at"] = "9999-12-31T00:00:00+00:00" if kind == "far" else "soon"
         path.write_text(json.dumps(lease))
 
+    def set_counter(self, store: Store, task_id: str, name: str, value: Any) -> None:
+        path = self._dir(store, task_id) / "head.json"
+        head = json.loads(path.read_text())
+        head[name] = value
+        path.write_text(json.dumps(head, ensure_ascii=False))
+
 
 # ---------------------------------------------------------------------- postgres
 
@@ -270,6 +288,12 @@ class PostgresDamage:
         value = "5000-01-01 00:00:00+00" if kind == "far" else "infinity"
         self._sql(store, "UPDATE S.leases SET expires_at = %s WHERE task_id = %s", value, task_id)
 
+    def set_counter(self, store: Store, task_id: str, name: str, value: Any) -> None:
+        if type(value) is not int:
+            pytest.skip(f"a PostgreSQL integer column cannot hold {str(value)[:20]!r}")
+        assert name in {"chain_len", "chain_bytes"}
+        self._sql(store, f"UPDATE S.tasks SET {name} = %s WHERE task_id = %s", value, task_id)
+
 
 # ---------------------------------------------------------------------- redis
 
@@ -310,6 +334,9 @@ class RedisDamage:
     def damage_lease(self, store: Store, task_id: str, kind: LeaseDamage) -> None:
         value = str(int(FAR_FUTURE_SECONDS * 1000)) if kind == "far" else "soon"
         self._client(store).hset(self._key(store, "lease", task_id), "expires", value)
+
+    def set_counter(self, store: Store, task_id: str, name: str, value: Any) -> None:
+        self._client(store).hset(self._key(store, "task", task_id), name, str(value))
 
 
 class ThroughSync:
@@ -365,6 +392,10 @@ class ThroughSync:
     def damage_lease(self, store: Store, task_id: str, kind: LeaseDamage) -> None:
         with self._sync(store) as sync:
             self.damage.damage_lease(sync, task_id, kind)
+
+    def set_counter(self, store: Store, task_id: str, name: str, value: Any) -> None:
+        with self._sync(store) as sync:
+            self.damage.set_counter(sync, task_id, name, value)
 
 
 DAMAGE: dict[str, Damage] = {

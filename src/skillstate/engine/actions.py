@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -16,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from skillstate._validation import first_error
 from skillstate.errors import ActionRejected
-from skillstate.limits import DEFAULT_LIMITS, problem
+from skillstate.limits import DEFAULT_LIMITS, INT_DIGITS, problem
+from skillstate.skills.handles import HANDLE
 
 __all__ = [
     "Action",
@@ -92,9 +94,15 @@ _ADAPTER: TypeAdapter[Action] = TypeAdapter(Action)
 
 def parse_action(data: Any) -> Action:
     """Validate a dict (or JSON text) into an :data:`Action`; raises ``ActionRejected``."""
+    if isinstance(data, str | bytes):
+        # Through the same reader and bounds as a model's reply: pydantic's JSON
+        # parser would take NaN and 1e99999 (infinity), which no card can store.
+        try:
+            text = data if isinstance(data, str) else data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ActionRejected("reply is not UTF-8 text") from None
+        data = _as_object(text)
     try:
-        if isinstance(data, str | bytes):
-            return _ADAPTER.validate_json(data)
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
         raise ActionRejected(f"invalid action: {first_error(exc, 'action')}") from exc
@@ -353,6 +361,14 @@ def _parse_reply(reply: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ActionRejected(f"reply is not JSON ({exc.msg} at char {exc.pos})") from None
+    except ValueError:
+        # The only other refusal of json.loads: an integer past the interpreter's
+        # int-string limit (its own message names a Python setting, not the reply).
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()  # 3.10.7+
+        digits = min(INT_DIGITS, limit or INT_DIGITS)
+        raise ActionRejected(
+            f"reply refused: it holds an integer of more than {digits:,} digits"
+        ) from None
     except RecursionError:
         raise ActionRejected("reply is nested too deeply to be an action") from None
 
@@ -393,12 +409,24 @@ def _check_call(action: CallSkill, params: Mapping[str, type[BaseModel]]) -> Non
     if model is None:
         known = ", ".join(params) or "none"
         raise ActionRejected(f"skill {action.skill!r} cannot be called now; callable: {known}")
+    if _has_handle(action.params):
+        return  # a Sensitive field's value stands in: checked once the runtime fills it
     try:
         model.model_validate(action.params)
     except ValidationError as exc:
         raise ActionRejected(
             f"invalid params for {action.skill!r}: {first_error(exc, 'params')}"
         ) from None
+
+
+def _has_handle(value: Any) -> bool:
+    if isinstance(value, str):
+        return HANDLE.fullmatch(value) is not None
+    if isinstance(value, Mapping):
+        return any(_has_handle(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_handle(v) for v in value)
+    return False
 
 
 def validate_decision(

@@ -36,6 +36,7 @@ from skillstate.errors import (
     UsageError,
 )
 from skillstate.events import Event
+from skillstate.limits import edit_problem
 from skillstate.state.diff import make_patch
 from skillstate.state.model import PROTECTED_FIELDS, AgentState, TaskStatus
 from skillstate.state.secrets import MASK, mask, sensitive_fields
@@ -46,6 +47,7 @@ __all__ = [
     "HUMAN_READONLY",
     "RUNTIME_OWNED",
     "card_problems",
+    "check_edit",
     "edit_in_editor",
     "record_unlock",
     "replace_state",
@@ -87,6 +89,8 @@ def _set_fields(
     """Apply dotted-path ``writes`` (``facts.total=3``, ``priority=P1``) as one human commit."""
     if not writes:
         raise UsageError("nothing to set: give PATH=VALUE")
+    for path, value in writes.items():
+        check_edit(path, value)
     head = head_for_repair(store, task_id, force=force)
     before = _parse_or_none(agent, head.state, task_id)
     if before is not None:
@@ -115,6 +119,7 @@ def _set_agent_reference(store: Store, task_id: str, ref: object, fence: int | N
     """
     if not isinstance(ref, str) or ref.count(":") != 1 or not all(ref.split(":")):
         raise UsageError(f"agent must be MODULE:ATTR, got {ref!r}")
+    check_edit("agent", ref)
     head = store.load(task_id, verify=False)  # only the agent field is taken from it
     document = {**head.state, "agent": ref, "version": head.version + 1}
     event = Event(
@@ -162,6 +167,9 @@ def _replace_state(
     if before is not None and after == before:
         return None
     changed = {k for k in set(edited) | set(current) if edited.get(k) != current.get(k)}
+    for name in sorted(changed):
+        # Only what the person wrote: text a skill put in the card earlier stays editable.
+        check_edit(name, _fresh(current.get(name), edited.get(name)))
     check_human_change(agent, before, after, changed, force=force)
     action: dict[str, Any] = {"kind": "edit", "fields": sorted(changed)}
     if force:
@@ -306,6 +314,28 @@ def check_human_change(
     broken = agent.broken_invariant(after)
     if broken is not None:
         raise InvariantBroken(f"refused: invariant {broken}")
+
+
+def check_edit(path: str, value: Any) -> None:
+    """Refuse (``UsageError``, one line) a person's write of ``value`` at ``path``.
+
+    The same check for ``set``, ``edit`` and the web inspector: text with control
+    characters (but line feed and tab in values), DEL, C1 controls or bidirectional
+    overrides, and what :func:`skillstate.limits.problem` refuses everywhere (see
+    :func:`skillstate.limits.edit_problem`).
+    """
+    found = edit_problem({path: value})
+    if found is not None:
+        raise UsageError(f"value of {path!r} refused: {found}")
+
+
+def _fresh(old: Any, new: Any) -> Any:
+    """The parts of ``new`` that ``old`` did not hold already (what a person wrote)."""
+    if isinstance(new, dict) and isinstance(old, dict):
+        return {k: _fresh(old.get(k), v) for k, v in new.items() if k not in old or old[k] != v}
+    if isinstance(new, list) and isinstance(old, list):
+        return [_fresh(old[i] if i < len(old) else None, v) for i, v in enumerate(new)]
+    return None if new == old else new
 
 
 def card_problems(agent: Agent[Any], state: AgentState) -> list[str]:

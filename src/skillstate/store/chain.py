@@ -64,6 +64,8 @@ __all__ = [
     "UNREADABLE_EXPIRY",
     "EncodedCommit",
     "Row",
+    "chain_counters",
+    "check_chain_counters",
     "check_fence",
     "check_head",
     "check_ttl",
@@ -306,6 +308,50 @@ def _is_delta(patch: Sequence[Mapping[str, Any]], version: int) -> bool:
         and op.get("value") == version
         for op in patch
     )
+
+
+def chain_counters(chain_len: Any, chain_bytes: Any) -> tuple[int, int] | None:
+    """The stored chain counters as counts, or ``None`` when either is damaged.
+
+    They are written by skillstate alone (whole numbers, 0 or more); Redis hands them
+    back as text, SQLite and JSON files can hold any type. A commit over damaged
+    counters takes a snapshot, which resets them (:func:`take_snapshot` needs counts).
+    """
+    length, size = _count(chain_len), _count(chain_bytes)
+    if length is None or size is None:
+        return None
+    return length, size
+
+
+def check_chain_counters(task_id: str, version: int, chain_len: Any, chain_bytes: Any) -> None:
+    """``StateCorrupted`` naming a stored chain counter that is not a count.
+
+    A negative ``chain_len`` would stop snapshots for as many commits (loading an old
+    version then replays that many patches), and one that is not a number failed the
+    next commit with a raw TypeError: both are damage, reported on load and by
+    ``doctor``. Any commit (a ``set`` or ``edit``, which load without this check)
+    writes a snapshot and fresh counters.
+    """
+    for name, value in (("chain_len", chain_len), ("chain_bytes", chain_bytes)):
+        if _count(value) is None:
+            shown = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            raise StateCorrupted(
+                task_id,
+                version,
+                f"its chain counter {name} is {str(shown)[:40]!r}, not a whole number "
+                "of 0 or more (changed outside skillstate); a set or edit rewrites it",
+            )
+
+
+def _count(value: Any) -> int | None:
+    """A stored counter as an int (Redis's digits included), ``None`` if it is not one."""
+    if isinstance(value, bytes | str):
+        text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+        # ASCII digits only (str.isdigit takes "²"), and few of them: never int("9" * 5000).
+        return int(text) if 0 < len(text) <= 18 and text.isascii() and text.isdigit() else None
+    if type(value) is int and value >= 0:
+        return value
+    return None
 
 
 def take_snapshot(chain_len: int, chain_bytes: int, commit: EncodedCommit, max_chain: int) -> bool:

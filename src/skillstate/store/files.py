@@ -116,6 +116,8 @@ from skillstate.store.chain import (
     DEFAULT_MAX_CHAIN,
     EncodedCommit,
     Row,
+    chain_counters,
+    check_chain_counters,
     check_fence,
     check_head,
     check_ttl,
@@ -195,8 +197,9 @@ def _step_name(version: int) -> str:
 @dataclass(frozen=True)
 class _Head:
     version: int
-    chain_len: int
-    chain_bytes: int
+    chain_len: Any
+    chain_bytes: Any
+    """The counters as stored: any JSON (checked on load, see ``check_chain_counters``)."""
     updated_at: datetime
     state: dict[str, Any]
     task_id: Any = None
@@ -273,9 +276,13 @@ class FilesStore:
             current = head.version if head else 0
             if current != enc.expected:
                 raise StaleState(task_id, enc.expected, current)
-            chain_len, chain_bytes = (head.chain_len, head.chain_bytes) if head else (0, 0)
-            # Version 1 has nothing before it to be a delta on, whatever its patch says.
-            snapshot = head is None or take_snapshot(chain_len, chain_bytes, enc, self.max_chain)
+            counters = chain_counters(head.chain_len, head.chain_bytes) if head else (0, 0)
+            # Version 1 has nothing before it to be a delta on, whatever its patch says;
+            # counters damaged outside skillstate are reset by a snapshot.
+            snapshot = (
+                head is None or counters is None or take_snapshot(*counters, enc, self.max_chain)
+            )
+            chain_len, chain_bytes = counters or (0, 0)
             if snapshot:
                 chain_len, chain_bytes = 0, 0
             else:
@@ -567,6 +574,7 @@ class FilesStore:
             if head.digest is not None:
                 verify_digest(task_id, head.version, dumps(head.state), head.digest)
             check_head(task_id, head.version, head.state)
+            check_chain_counters(task_id, head.version, head.chain_len, head.chain_bytes)
         return head
 
     def _require_head(self, task_id: str, directory: Path, *, verify: bool = True) -> _Head:

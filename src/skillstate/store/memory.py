@@ -40,6 +40,8 @@ from skillstate.store.base import (
 from skillstate.store.chain import (
     DEFAULT_MAX_CHAIN,
     Row,
+    chain_counters,
+    check_chain_counters,
     check_fence,
     check_ttl,
     claim_generation,
@@ -103,6 +105,9 @@ class MemoryStore:
         with self._lock:
             task = self._task(task_id)
             version, head, at, checksum = task.version, task.head, task.updated_at, task.digest
+            counters = (task.chain_len, task.chain_bytes)
+        if verify:
+            check_chain_counters(task_id, version, *counters)
         state = read_head(task_id, version, head, checksum, verify=verify)
         return Checkpoint(task_id, version, state, at)
 
@@ -127,7 +132,8 @@ class MemoryStore:
                 raise StaleState(task_id, enc.expected, head)
             if task is None:
                 task = _Task(version=0, head="", updated_at=now)
-            snapshot = take_snapshot(task.chain_len, task.chain_bytes, enc, self.max_chain)
+            counters = chain_counters(task.chain_len, task.chain_bytes)
+            snapshot = counters is None or take_snapshot(*counters, enc, self.max_chain)
             if snapshot:
                 task.chain_len, task.chain_bytes = 0, 0
             else:

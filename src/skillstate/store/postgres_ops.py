@@ -48,6 +48,7 @@ from skillstate.store.chain import (
     LEASE_HORIZON,
     EncodedCommit,
     Row,
+    check_chain_counters,
     check_fence,
     check_ttl,
     decompress,
@@ -180,7 +181,9 @@ class PostgresOps:
         row = yield Statement(self.sql.load, (task_id,), fetch="one", binary=True)
         if row is None:
             raise TaskNotFound(task_id)
-        version, head, head_z, updated_at, checksum = row
+        version, head, head_z, updated_at, checksum, chain_len, chain_bytes = row
+        if verify:
+            check_chain_counters(task_id, version, chain_len, chain_bytes)
         text = head if head_z is None else _inflate(task_id, version, head_z)
         state = read_head(task_id, version, text, checksum, verify=verify)
         return Checkpoint(task_id, version, state, _utc(updated_at))

@@ -110,7 +110,8 @@ class Queries:
         self.migrations = f"{s}.schema_migrations"
 
         self.load = (
-            f"SELECT version, head, head_z, updated_at, digest FROM {tasks} WHERE task_id = %s"
+            "SELECT version, head, head_z, updated_at, digest, chain_len, chain_bytes "
+            f"FROM {tasks} WHERE task_id = %s"
         )
         # Why a commit wrote nothing: the head's version and the lease, read afterwards.
         self.refused = f"""
@@ -136,8 +137,11 @@ class Queries:
         # ``forced`` is take_snapshot() with an empty chain. Past that, its rule only
         # compares the (never negative) counters with thresholds, so a snapshot forced
         # at (0, 0) is forced at any counters and the SQL needs only the thresholds.
+        # Counters made negative outside skillstate (load refuses them) force one
+        # too: a repair's commit resets them rather than carrying the damage on.
         snapshot = (
-            "(%(forced)s OR chain_len + 1 > %(max_chain)s "
+            "(%(forced)s OR chain_len < 0 OR chain_bytes < 0 "
+            "OR chain_len + 1 > %(max_chain)s "
             "OR chain_bytes + %(patch_len)s >= %(state_len)s)"
         )
         # chain_len is 0 after the update exactly when this version is a snapshot.

@@ -69,10 +69,13 @@ if head ~= tonumber(ARGV[1]) then
 end
 local chain_len = tonumber(cur[2]) or 0
 local chain_bytes = tonumber(cur[3]) or 0
+-- Counters changed outside skillstate (load refuses them): a snapshot resets them.
+local damaged = chain_len < 0 or chain_bytes < 0 or chain_len % 1 ~= 0
+  or chain_bytes % 1 ~= 0 or (cur[1] and not (tonumber(cur[2]) and tonumber(cur[3])))
 local version, state, patch, digest = ARGV[2], ARGV[3], ARGV[5], ARGV[13]
 local patch_len, state_len = tonumber(ARGV[7]), tonumber(ARGV[8])
 local snapshot
-if ARGV[6] ~= '1' or patch == '' or chain_len + 1 > tonumber(ARGV[9]) then
+if damaged or ARGV[6] ~= '1' or patch == '' or chain_len + 1 > tonumber(ARGV[9]) then
   snapshot = true
 else
   snapshot = chain_bytes + patch_len >= state_len

@@ -43,6 +43,7 @@ from skillstate.store.chain import (
     COMPRESS_FROM,
     LEASE_HORIZON,
     Row,
+    check_chain_counters,
     check_fence,
     check_ttl,
     damaged_lease,
@@ -183,8 +184,8 @@ def schema_versions(store: Layout) -> Ops[list[int]]:
 
 def load(store: Layout, task_id: str, verify: bool) -> Ops[Checkpoint]:
     check_task_id(task_id)
-    fields = ("version", "head", "updated_at", "digest")
-    version, head, updated_at, checksum = yield Call(
+    fields = ("version", "head", "updated_at", "digest", "chain_len", "chain_bytes")
+    version, head, updated_at, checksum, chain_len, chain_bytes = yield Call(
         ("HMGET", store._key("task", task_id), *fields)
     )
     if version is None:
@@ -192,6 +193,8 @@ def load(store: Layout, task_id: str, verify: bool) -> Ops[Checkpoint]:
     parsed = version_of(task_id, version)
     if head is None or updated_at is None:
         raise StateCorrupted(task_id, parsed, "the task record has no head")
+    if verify:
+        check_chain_counters(task_id, parsed, chain_len, chain_bytes)
     state = read_head(task_id, parsed, head, checksum, verify=verify)
     return Checkpoint(task_id, parsed, state, read_time(task_id, parsed, updated_at))
 

@@ -60,6 +60,8 @@ from skillstate.store.chain import (
     COMPRESS_FROM,
     DEFAULT_MAX_CHAIN,
     Row,
+    chain_counters,
+    check_chain_counters,
     check_fence,
     check_ttl,
     claim_generation,
@@ -284,13 +286,17 @@ class SQLiteStore:
     def load(self, task_id: str, *, verify: bool = True) -> Checkpoint:
         check_task_id(task_id)
         row = self._one(
-            "SELECT version, head, updated_at, digest FROM tasks WHERE task_id = ?", (task_id,)
+            "SELECT version, head, updated_at, digest, chain_len, chain_bytes FROM tasks "
+            "WHERE task_id = ?",
+            (task_id,),
         )
         if row is None:
             raise TaskNotFound(task_id)
-        version, head, updated_at, checksum = row
+        version, head, updated_at, checksum, chain_len, chain_bytes = row
         if not isinstance(version, int) or isinstance(head, bytes | None):
             raise StateCorrupted(task_id, None, "the task row has no valid version and head")
+        if verify:
+            check_chain_counters(task_id, version, chain_len, chain_bytes)
         state = read_head(task_id, version, head, checksum, verify=verify)
         return Checkpoint(task_id, version, state, _time(task_id, version, updated_at))
 
@@ -321,7 +327,9 @@ class SQLiteStore:
             head, chain_len, chain_bytes = row if row else (0, 0, 0)
             if head != enc.expected:
                 raise StaleState(task_id, enc.expected, head)
-            snapshot = take_snapshot(chain_len, chain_bytes, enc, self.max_chain)
+            # Counters damaged outside skillstate: a snapshot, which resets them.
+            counters = chain_counters(chain_len, chain_bytes)
+            snapshot = counters is None or take_snapshot(*counters, enc, self.max_chain)
             if snapshot:
                 chain_len, chain_bytes = 0, 0
             else:
