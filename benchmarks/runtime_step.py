@@ -418,7 +418,7 @@ class SkillstateTask:
 
     def take(self, steps: int) -> int:
         if not self.per_call:
-            return self.runtime.run(self.task_id, max_steps=steps).state.counter
+            return self.runtime.run(self.task_id, max_steps=steps, create=True).state.counter
         report = None
         for _ in range(steps):
             report = self.runtime.step(self.task_id)
@@ -426,7 +426,7 @@ class SkillstateTask:
         return report.after.counter
 
     def grow(self, steps: int) -> None:
-        result = self.runtime.run(self.task_id, max_steps=steps)
+        result = self.runtime.run(self.task_id, max_steps=steps, create=True)
         if result.state.counter != self.depth + steps:
             raise RuntimeError(
                 f"growing by {steps} gave counter {result.state.counter}, expected "

@@ -44,7 +44,7 @@ def run_env(cwd: Path, extra: Mapping[str, str | None] | None, *args: str) -> tu
         capture_output=True,
         text=True,
         encoding="utf-8",
-        timeout=120,
+        timeout=600,  # a hang guard, generous for a loaded machine
         check=False,
     )
     return proc.returncode, proc.stdout, proc.stderr

@@ -98,7 +98,7 @@ class TestSkills:
             return CallSkill(skill="add", params={"n": 5}) if view.state.total == 0 else Finish()
 
         agent, seen = counter_agent(decide)
-        result = Runtime(agent, MemoryStore()).run("t")
+        result = Runtime(agent, MemoryStore()).run("t", create=True)
         assert result.state.total == 5
         assert ("verify", 0, 5) in seen
 
@@ -125,7 +125,7 @@ class TestSkills:
         agent.skills["add"]._run = crash_first
         store = MemoryStore()
         with pytest.raises(Crash):
-            Runtime(agent, store).run("t")
+            Runtime(agent, store).run("t", create=True)
         assert store.load("t").state["pending_effect"]["params"] == {"n": 2}  # as decided
         Runtime(agent, store).run("t")
         runs = [entry for entry in seen if entry[0] == "run"]
@@ -167,7 +167,7 @@ class TestSkills:
             ),
         )
         store = MemoryStore()
-        state = Runtime(agent, store).run("t").state
+        state = Runtime(agent, store).run("t", create=True).state
         assert state.snapshot_ref is not None
         assert read_artifact(store, state.snapshot_ref) == b"\x00sim-state\xff"
 
@@ -254,7 +254,7 @@ class TestReplies:
         agent.skills["add"]._run = fail_once
         agent.skills["add"].max_retries = 0
         store = MemoryStore()
-        result = Runtime(agent, store).run("t", inputs=["4"])
+        result = Runtime(agent, store).run("t", inputs=["4"], create=True)
         assert result.stopped == "completed"
         assert result.state.total == 4
         assert [e.kind for e in result.state.errors][:1] == ["skill_error"]
@@ -273,7 +273,7 @@ class TestReplies:
 
         agent, _ = counter_agent(decide)
         store = MemoryStore()
-        first = Runtime(agent, store, max_steps=2).run("t", inputs=["10", "20"])
+        first = Runtime(agent, store, max_steps=2).run("t", inputs=["10", "20"], create=True)
         assert first.stopped == "max_steps"
         again = Runtime(agent, store).run("t", inputs=["10", "20"])  # the driver's retry
         assert again.stopped == "completed"
@@ -353,7 +353,7 @@ class TestReferences:
             "from skillstate.store import open_store\n"
             "from skillstate.examples.ledger import agent\n"
             f"store = open_store({url!r})\n"
-            "Runtime(my_agents.counter, store, max_steps=1).run('T')\n"
+            "Runtime(my_agents.counter, store, max_steps=1).run('T', create=True)\n"
             "print(store.load('T').state['agent'])\n"
         )
         out = subprocess.run(
@@ -411,7 +411,7 @@ def test_json_of_a_reply_event_names_its_index() -> None:
 
     agent, _ = counter_agent(decide)
     store = MemoryStore()
-    Runtime(agent, store).run("t", inputs=["7"])
+    Runtime(agent, store).run("t", inputs=["7"], create=True)
     replies = [e.action for e in store.events("t") if e.action["kind"] == "reply"]
     assert json.loads(json.dumps(replies)) == [
         {"kind": "reply", "text": "7", "index": 0, "question": "n?"}

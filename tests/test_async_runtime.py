@@ -53,8 +53,10 @@ class TestDemos:
         sync_store = SQLiteStore(tmp_path / "sync.db")
         async_store = SQLiteStore(tmp_path / "async.db")
         inputs = list(ticket_agent.sample_inputs)
-        done = Runtime(ticket_agent, sync_store).run("t", inputs=inputs)
-        result = asyncio.run(AsyncRuntime(ticket_agent, async_store).run("t", inputs=inputs))
+        done = Runtime(ticket_agent, sync_store).run("t", inputs=inputs, create=True)
+        result = asyncio.run(
+            AsyncRuntime(ticket_agent, async_store).run("t", inputs=inputs, create=True)
+        )
         assert result.stopped == done.stopped == "completed"
         assert result.state.resolution == done.state.resolution
         same_history(sync_store, async_store, "t")
@@ -141,7 +143,7 @@ class TestConcurrency:
         runtime = AsyncRuntime(count_agent(model), SQLiteStore(tmp_path / "s.db"))
 
         async def go() -> list[Any]:
-            return await asyncio.gather(*(runtime.run(f"t{i}") for i in range(50)))
+            return await asyncio.gather(*(runtime.run(f"t{i}", create=True) for i in range(50)))
 
         results = asyncio.run(go())
         assert all(r.stopped == "completed" and r.state.n == 3 for r in results)
@@ -202,9 +204,9 @@ class TestAsyncSkills:
         agent = fetch_agent(tools)
         store = MemoryStore()
         if driver == "async":
-            result = asyncio.run(AsyncRuntime(agent, store).run("t", max_steps=3))
+            result = asyncio.run(AsyncRuntime(agent, store).run("t", max_steps=3, create=True))
         else:
-            result = Runtime(agent, store).run("t", max_steps=3)
+            result = Runtime(agent, store).run("t", max_steps=3, create=True)
         assert result.stopped == "completed", result.state.errors
         assert result.state.fetched == ["A", "TimeoutError"]
         (event,) = [e for e in store.events("t") if e.skill == "fetch"]
@@ -222,7 +224,9 @@ class TestStream:
         runtime = AsyncRuntime(count_agent(SlowModel(0.0)), MemoryStore())
 
         async def go() -> list[tuple[int, str]]:
-            return [(r.event.version, r.event.label) async for r in runtime.stream("t")]
+            return [
+                (r.event.version, r.event.label) async for r in runtime.stream("t", create=True)
+            ]
 
         seen = asyncio.run(go())
         assert seen == [(2, "call_skill:bump"), (3, "call_skill:bump"), (4, "call_skill:bump"),
@@ -233,7 +237,7 @@ class TestStream:
         runtime = AsyncRuntime(count_agent(SlowModel(0.0)), store, worker="first")
 
         async def first_step() -> int:
-            async for report in runtime.stream("t"):
+            async for report in runtime.stream("t", create=True):
                 return report.event.version
             raise AssertionError("no step")
 
@@ -256,5 +260,5 @@ def test_a_sync_policy_is_called_in_a_thread_and_errors_reach_the_caller() -> No
     crashing = replace(agent, policy=ScriptedPolicy(boom))
     runtime = AsyncRuntime(crashing, store, worker="w1")
     with pytest.raises(RuntimeError, match="policy crashed"):
-        asyncio.run(runtime.run("t"))
+        asyncio.run(runtime.run("t", create=True))
     assert store.lease("t") is None

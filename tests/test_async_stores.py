@@ -75,14 +75,14 @@ class TestRuntimeOnAsyncStores:
     ) -> None:
         sync_store = SQLiteStore(tmp_path / "sync.db")
         inputs = list(ticket_agent.sample_inputs)
-        done = Runtime(ticket_agent, sync_store).run("t", inputs=inputs)
+        done = Runtime(ticket_agent, sync_store).run("t", inputs=inputs, create=True)
 
         async def go() -> Any:
             store = await opened(url)
             try:
                 runtime = AsyncRuntime(ticket_agent, store)
                 assert runtime.store is store
-                result = await runtime.run("t", inputs=inputs)
+                result = await runtime.run("t", inputs=inputs, create=True)
                 events = await store.events("t")
                 head = await store.load("t")
                 return result, events, head
@@ -120,7 +120,9 @@ class TestRuntimeOnAsyncStores:
             store = await opened(url)
             try:
                 runtime = AsyncRuntime(count_agent(model), store)
-                results = await asyncio.gather(*(runtime.run(f"t{i}") for i in range(40)))
+                results = await asyncio.gather(
+                    *(runtime.run(f"t{i}", create=True) for i in range(40))
+                )
                 heads = {h.task_id: h.version for h in await store.heads()}
                 return results, heads
             finally:
@@ -207,7 +209,7 @@ def test_steps_never_starve_the_loops_default_executor() -> None:
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))
         runtime = AsyncRuntime(count_agent(SlowModel(0.0)), store)
         return await asyncio.wait_for(
-            asyncio.gather(*(runtime.run(f"t{i}") for i in range(20))), timeout=60
+            asyncio.gather(*(runtime.run(f"t{i}", create=True) for i in range(20))), timeout=600
         )
 
     # In a daemon thread: a starved loop cannot even shut down, so the test thread

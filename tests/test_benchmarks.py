@@ -166,3 +166,29 @@ def test_langgraph_saver_quick_run(tmp_path: Path) -> None:
         assert f"| sqlite | {workload} | 20 | skillstate |" in text
         assert f"| sqlite | {workload} | 20 | SqliteSaver |" in text
     assert text.count("x |") >= 8  # ratios were computed, not left as "-"
+
+
+WORKERS_CHAOS = ROOT / "benchmarks" / "workers_chaos.py"
+
+
+def test_workers_chaos_quick_run(tmp_path: Path) -> None:
+    """The chaos benchmark's smoke run: one broker, one slice, with kills (Postgres +
+    RabbitMQ; skipped, or failed in CI, when either is down). Exit 0 means every task
+    completed once, nothing stranded."""
+    pytest.importorskip("celery", reason="pip install 'skillstate[celery]'")
+    from tests.contract.backends import require_service
+
+    for name, port in (("PostgreSQL", 5432), ("RabbitMQ", 5672)):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        except OSError as exc:
+            require_service(name, False, f"127.0.0.1:{port}: {exc}")
+    markdown = tmp_path / "chaos.md"
+    result = run_benchmark(
+        "--quick", "--brokers", "rabbitmq", "--slices", "5", "--kills", "yes",
+        "--markdown", str(markdown), script=WORKERS_CHAOS, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "rabbitmq slice 5 kill -9" in result.stdout
+    assert "completed 12/12, duplicated 0, stranded 0" in markdown.read_text(encoding="utf-8")
+    assert "PASS" in result.stdout

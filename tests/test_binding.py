@@ -121,7 +121,7 @@ class TestFromState:
 
         agent = replace(agent, policy=StatePolicy(ScriptedProvider(model)))
         store = MemoryStore()
-        result = Runtime(agent, store).run("t", max_steps=4)
+        result = Runtime(agent, store).run("t", max_steps=4, create=True)
         assert [r for r in ran if r[0] == "take"] == [("take", 0), ("take", 1), ("take", 2)]
         assert result.state.done == [0, 1, 2]
         recorded = [e.action["params"] for e in store.events("t") if e.skill == "take"]
@@ -214,7 +214,7 @@ class TestBindingOff:
         assert "- take(i): " in view.text
         label = branches(agent.view(Queue(task_id="t", next_item=3)).action_schema)["label"]
         assert "enum" not in label["properties"]["label"]
-        result = Runtime(agent, MemoryStore()).run("t", max_steps=3)
+        result = Runtime(agent, MemoryStore()).run("t", max_steps=3, create=True)
         assert result.state.done == [0, 1, 2]
         assert ran == [("take", 0), ("take", 1), ("take", 2)]
 
@@ -228,7 +228,7 @@ def test_view_is_typed_and_bound_values_come_from_the_state() -> None:
         return Finish()
 
     agent, _ = queue_agent(decide)
-    Runtime(agent, MemoryStore()).run("t", max_steps=1)
+    Runtime(agent, MemoryStore()).run("t", max_steps=1, create=True)
     assert seen == [set()]
 
 

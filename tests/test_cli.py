@@ -78,7 +78,7 @@ def run_cli(cwd: Path, *args: str) -> tuple[int, str, str]:
         capture_output=True,
         text=True,
         encoding="utf-8",
-        timeout=120,
+        timeout=600,  # a hang guard: under load an eval run takes minutes
         check=False,
     )
     return proc.returncode, proc.stdout, proc.stderr

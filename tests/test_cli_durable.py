@@ -271,7 +271,7 @@ def test_two_workers_resuming_one_task(tmp_path: Path, ledger_task: str) -> None
         )
         for _ in range(2)
     ]
-    errs = [p.communicate(timeout=120)[1] for p in procs]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
     results = [(p.returncode, err) for p, err in zip(procs, errs, strict=True)]
     codes = sorted(code for code, _ in results)
     assert codes == [0, 3], results

@@ -32,7 +32,7 @@ def test_model_budget_stops_and_resumes(tmp_path: Path, cli_env: None) -> None:
     cassette = tmp_path / "shop.json"
     recorder = RecordingProvider(ScriptedProvider(follow_plan, name="planner"), cassette)
     agent = replace(shop_agent(), policy=policy_for("state", recorder), ref=SHOP)
-    assert Runtime(agent, MemoryStore()).run("S").stopped == "completed"
+    assert Runtime(agent, MemoryStore()).run("S", create=True).stopped == "completed"
     store = store_url(tmp_path)
     model = f"replay:{cassette}"
     code, out, err = run_cli(
@@ -120,7 +120,7 @@ def test_run_with_a_replayed_model(tmp_path: Path, cli_env: None) -> None:
     cassette = tmp_path / "shop.json"
     recorder = RecordingProvider(ScriptedProvider(follow_plan, name="planner"), cassette)
     agent = replace(shop_agent(), policy=policy_for("state", recorder), ref=SHOP)
-    recorded = Runtime(agent, MemoryStore()).run("S")
+    recorded = Runtime(agent, MemoryStore()).run("S", create=True)
     assert recorded.stopped == "completed"
 
     store = store_url(tmp_path)
@@ -145,7 +145,7 @@ def test_resume_names_the_recorded_model_and_continues_with_the_one_given(
     cassette = tmp_path / "shop.json"
     recorder = RecordingProvider(ScriptedProvider(follow_plan, name="planner"), cassette)
     agent = replace(shop_agent(), policy=policy_for("state", recorder), ref=SHOP)
-    Runtime(agent, MemoryStore()).run("S")
+    Runtime(agent, MemoryStore()).run("S", create=True)
 
     store = store_url(tmp_path)
     model = f"replay:{cassette}"

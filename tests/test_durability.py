@@ -157,7 +157,7 @@ class TestEffects:
         """The version before the effect records the intent with its idempotency key."""
         outbox = Outbox()
         store = MemoryStore()
-        Runtime(send_agent(outbox), store).run("t")
+        Runtime(send_agent(outbox), store).run("t", create=True)
         events = store.events("t")
         assert [e.action["kind"] for e in events] == [
             "create",
@@ -180,7 +180,7 @@ class TestEffects:
         store = MemoryStore()
         agent = send_agent(outbox)
         with pytest.raises(Crash):
-            Runtime(agent, store).run("t")
+            Runtime(agent, store).run("t", create=True)
         assert store.load("t").state["pending_effect"]["key"] == K1
         runs = outbox.runs
         result = Runtime(agent, store).run("t")
@@ -198,7 +198,7 @@ class TestEffects:
         store = MemoryStore()
         agent = send_agent(outbox)
         with pytest.raises(Crash):
-            Runtime(agent, store).run("t")
+            Runtime(agent, store).run("t", create=True)
         Runtime(agent, store).run("t")
         assert outbox.sent == SENT
         assert outbox.keys.count(K2) == 2  # same key on the retry after resume
@@ -208,14 +208,14 @@ class TestEffects:
         outbox = Outbox()
         outbox.fail_after_send.add(1)
         store = MemoryStore()
-        result = Runtime(send_agent(outbox), store).run("t")
+        result = Runtime(send_agent(outbox), store).run("t", create=True)
         assert result.stopped == "completed"
         assert outbox.sent == SENT
 
     def test_resumed_state_equals_uninterrupted(self) -> None:
         """Crashes anywhere leave the same final state as a run without them."""
         clean = MemoryStore()
-        Runtime(send_agent(Outbox()), clean).run("t")
+        Runtime(send_agent(Outbox()), clean).run("t", create=True)
         outbox = Outbox()
         outbox.crash_after.add(1)
         outbox.crash_before.add(2)
@@ -223,7 +223,7 @@ class TestEffects:
         agent = send_agent(outbox)
         for _ in range(3):
             try:
-                Runtime(agent, crashed).run("t")
+                Runtime(agent, crashed).run("t", create=True)
             except Crash:
                 continue
         assert crashed.load("t").state == clean.load("t").state
@@ -334,7 +334,7 @@ class TestLeases:
         """While another live worker holds the task, run() raises LeaseHeld and writes nothing."""
         store = MemoryStore()
         outbox = Outbox()
-        Runtime(send_agent(outbox), store, max_steps=1).run("t")
+        Runtime(send_agent(outbox), store, max_steps=1).run("t", create=True)
         version = store.load("t").version
         store.claim("t", "other-host:1", 30)
         with pytest.raises(LeaseHeld):
@@ -348,7 +348,7 @@ class TestLeases:
         store = MemoryStore()
         dead = f"{socket.gethostname()}:{_finished_pid()}"
         store.claim("t", dead, 3600)
-        result = Runtime(send_agent(Outbox()), store, worker=default_worker()).run("t")
+        result = Runtime(send_agent(Outbox()), store, worker=default_worker()).run("t", create=True)
         assert result.stopped == "completed"
         store.claim("t", "next", 1)  # released at the end of run()
 
@@ -360,7 +360,7 @@ class TestHumanEdits:
     def _task(self) -> tuple[MemoryStore, Agent]:
         store = MemoryStore()
         agent = send_agent(Outbox())
-        Runtime(agent, store).run("t")
+        Runtime(agent, store).run("t", create=True)
         return store, agent
 
     def test_set_validates_and_logs_as_human(self) -> None:

@@ -817,7 +817,7 @@ class TestInsideASkill:
         store = open_store("memory://")
         agent = pay_agent(bank)
         with pytest.raises(Crash):
-            Runtime(agent, store).run("t")
+            Runtime(agent, store).run("t", create=True)
         assert bank.payments() == [(1, 42)]
         result = Runtime(agent, store).run("t")
         assert result.stopped == "completed"
@@ -829,14 +829,14 @@ class TestInsideASkill:
     def test_lost_reply_is_retried_without_paying_twice(self, bank: Bank) -> None:
         """An error after the effect: the retry (probe, or ``once`` itself) pays nothing more."""
         bank.lose_reply = True
-        result = Runtime(pay_agent(bank), open_store("memory://")).run("t")
+        result = Runtime(pay_agent(bank), open_store("memory://")).run("t", create=True)
         assert result.stopped == "completed"
         assert result.state.payment == 1
         assert bank.payments() == [(1, 42)]
 
     def test_uninterrupted_run_pays_once(self, bank: Bank) -> None:
         """Without any failure the skill runs once; the probe, asked first, finds nothing."""
-        result = Runtime(pay_agent(bank), open_store("memory://")).run("t")
+        result = Runtime(pay_agent(bank), open_store("memory://")).run("t", create=True)
         assert result.stopped == "completed"
         assert bank.payments() == [(1, 42)]
         # Keys belong to the logical step, so the runtime asks the probe before every run.

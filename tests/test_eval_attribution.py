@@ -139,14 +139,16 @@ def test_replay_with_expectations_names_the_same_step(tmp_path: Path) -> None:
     assert json.loads(out)["first_bad"] is None
 
 
-def test_replay_rejects_an_unreadable_expectations_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", ["{not json", "[" * 100_000 + "]" * 100_000])
+def test_replay_rejects_an_unreadable_expectations_file(tmp_path: Path, text: str) -> None:
     bad = tmp_path / "expected.json"
-    bad.write_text("{not json", encoding="utf-8")
+    bad.write_text(text, encoding="utf-8")
     code, out, err = run_cli(
         tmp_path, "replay", "x", "--store", f"sqlite:///{tmp_path / 's.db'}", "--expect", str(bad)
     )
     assert code != 0
     assert "Traceback" not in out + err
+    assert "unexpected" not in out + err  # a one-line refusal, not an unexpected error
 
 
 def test_unattended_agents_are_not_offered_ask_user() -> None:

@@ -73,7 +73,7 @@ def runtime(agent: Agent[Counter], url: str = "memory://") -> Runtime[Counter]:
 def test_the_card_stays_bounded_and_the_log_keeps_every_step(tmp_path: Path) -> None:
     rt = runtime(counting_agent(), f"sqlite:///{tmp_path / 's.db'}")
     window = Counter.MAX_STEPS
-    rt.run("t", max_steps=3 * window)
+    rt.run("t", max_steps=3 * window, create=True)
     early = rt.store.load("t").state
     rt.run("t", max_steps=6 * window)
     late = rt.load("t")
@@ -105,7 +105,7 @@ def test_a_view_finds_an_old_step_in_the_log() -> None:
     agent = counting_agent()
     agent.policy = ScriptedPolicy(policy)
     rt = runtime(agent)
-    rt.run("t", max_steps=3 * Counter.MAX_STEPS + 1)
+    rt.run("t", max_steps=3 * Counter.MAX_STEPS + 1, create=True)
     assert not rt.load("t").has_step("0002-tick")  # out of the card's window
     assert len(seen) == 1
     assert seen[0] is not None
@@ -132,7 +132,7 @@ def test_a_step_validates_and_serializes_what_it_touched(
     """Per step: one full validation (the head it loads), one field validated for the
     write, and no whole-card serialization, at any depth."""
     rt = runtime(counting_agent())
-    rt.run("t", max_steps=2 * Counter.MAX_STEPS)
+    rt.run("t", max_steps=2 * Counter.MAX_STEPS, create=True)
     full: list[int] = []
     whole_dumps: list[int] = []
     validate = Counter.model_validate.__func__  # type: ignore[attr-defined]

@@ -84,7 +84,7 @@ class TestStall:
             runs=runs,
         )
         store = MemoryStore()
-        result = Runtime(agent, store, max_steps=50).run("t")
+        result = Runtime(agent, store, max_steps=50).run("t", create=True)
         assert result.stopped == "stalled"
         assert result.steps == 3
         assert len(runs) == 9  # 3 decisions x 3 attempts
@@ -101,7 +101,7 @@ class TestStall:
         def decide(view: View) -> Action:
             return CallSkill(skill="nope", params={"i": next(counter)})  # always unknown
 
-        result = Runtime(agent_with(decide), MemoryStore(), max_stalled=4).run("t")
+        result = Runtime(agent_with(decide), MemoryStore(), max_stalled=4).run("t", create=True)
         assert result.stopped == "stalled"
         assert result.steps == 4
         assert "no progress in 4 decisions in a row" in result.state.errors[-1].message
@@ -110,7 +110,7 @@ class TestStall:
         """An illegal transition repeated is stopped like a failing verify."""
         result = Runtime(
             agent_with(always(CallSkill(skill="put", next_step="done"))), MemoryStore()
-        ).run("t")
+        ).run("t", create=True)
         assert result.stopped == "stalled"
         assert "illegal transition" in result.state.errors[-1].message
 
@@ -126,7 +126,9 @@ class TestStall:
             # Two refusals, then a good step, over and over.
             return CallSkill(skill="put") if next(calls) % 3 == 2 else CallSkill(skill="nope")
 
-        result = Runtime(agent_with(decide), MemoryStore(), max_stalled=3, max_repeats=3).run("t")
+        result = Runtime(agent_with(decide), MemoryStore(), max_stalled=3, max_repeats=3).run(
+            "t", create=True
+        )
         assert result.stopped == "completed"
         assert result.state.no_progress == 0
         assert result.state.tried == ()
@@ -135,7 +137,7 @@ class TestStall:
         """Adding 0 items, again and again: the guard stops it (and says it changed nothing)."""
         result = Runtime(
             agent_with(always(CallSkill(skill="put", params={"n": 0}))), MemoryStore()
-        ).run("t")
+        ).run("t", create=True)
         assert result.stopped == "stalled"
         assert "succeeded but changed nothing" in result.state.errors[-1].message
 
@@ -145,7 +147,9 @@ class TestStall:
             always(CallSkill(skill="put")), verify=lambda s, o: Verdict.failed("sealed")
         )
         store = MemoryStore()
-        stopped = [Runtime(agent, store, max_steps=1).run("t").stopped for _ in range(3)]
+        stopped = [
+            Runtime(agent, store, max_steps=1).run("t", create=True).stopped for _ in range(3)
+        ]
         assert stopped == ["max_steps", "max_steps", "stalled"]
 
     def test_off_when_asked(self) -> None:
@@ -153,7 +157,7 @@ class TestStall:
         agent = agent_with(always(CallSkill(skill="nope")))
         result = Runtime(
             agent, MemoryStore(), max_steps=12, max_stalled=None, max_repeats=None
-        ).run("t")
+        ).run("t", create=True)
         assert result.stopped == "max_steps"
         assert result.state.no_progress == 12
 
@@ -174,7 +178,7 @@ class TestPark:
         agent = agent_with(decide, verify=verify)
         store = MemoryStore()
         runtime = Runtime(agent, store, on_stall="park")
-        parked = runtime.run("t")
+        parked = runtime.run("t", create=True)
         assert parked.stopped == "stalled"
         assert parked.state.status is TaskStatus.WAITING_USER
         assert parked.state.question is not None

@@ -85,7 +85,7 @@ def test_kills_inside_set_rollback_and_fork_leave_before_or_after(
     print(f"human-crash seed {seed} ({backend})")
     rng = random.Random(seed)
     store = open_store(url)
-    Runtime(ledger.agent, store).run("L")  # a completed 10-entry ledger task to edit
+    Runtime(ledger.agent, store).run("L", create=True)  # a completed 10-entry ledger task to edit
     inside = 0
     first = 0
     for kill in range(KILLS):

@@ -139,7 +139,7 @@ class TestInvariants:
             lambda s: s.status is not TaskStatus.COMPLETED or s.items > 0 or "nothing done"
         )
         runtime = Runtime(agent, MemoryStore(), max_repeats=2)
-        result = runtime.run("t")
+        result = runtime.run("t", create=True)
         assert result.stopped == "stalled"
         assert result.state.errors[0].kind == "invariant_failed"
 

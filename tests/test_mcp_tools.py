@@ -237,7 +237,7 @@ def test_an_agent_calls_a_declared_mcp_tool(
     """The skill's call is recorded in the event; the artifact holds the tool's result."""
     store: Store = MemoryStore() if backend == "memory" else SQLiteStore(tmp_path / "s.db")
     agent = weather_agent(server, once(CallSkill(skill="look_up", params={"city": "Lisbon"})))
-    result = Runtime(agent, store).run("t")
+    result = Runtime(agent, store).run("t", create=True)
     assert result.state.status is TaskStatus.COMPLETED
     expected = {"city": "Lisbon", "celsius": 18.5, "sky": "sunny"}
     assert result.state.forecast == expected
@@ -255,7 +255,7 @@ def test_a_tool_built_per_task(server: MCPServer) -> None:
         once(CallSkill(skill="look_up", params={"city": "Oslo"})),
         tools={"forecast": per_task(lambda state: server.tool("forecast"))},
     )
-    assert Runtime(agent, store).run("t").state.forecast == {
+    assert Runtime(agent, store).run("t", create=True).state.forecast == {
         "city": "Oslo",
         "celsius": -3.0,
         "sky": "snow",
@@ -289,7 +289,7 @@ def test_a_tool_error_is_a_tool_error_value_when_expected(server: MCPServer) -> 
     agent = weather_agent(
         server, once(CallSkill(skill="look_up_safely", params={"city": "Atlantis"}))
     )
-    result = Runtime(agent, store).run("t")
+    result = Runtime(agent, store).run("t", create=True)
     assert result.state.status is TaskStatus.COMPLETED
     assert result.state.note == "unknown: Error executing tool forecast: no forecast for 'Atlantis'"
     [call] = tool_calls(store, "t")
@@ -443,7 +443,7 @@ def test_credentials_never_reach_the_store(
     store = SQLiteStore(db)
     with mcp:
         agent = weather_agent(mcp, decide, redaction=RedactionPolicy.OFF)
-        result = Runtime(agent, store).run("t")
+        result = Runtime(agent, store).run("t", create=True)
         # A failure's message is masked too (fail echoes what it is given).
         with pytest.raises(MCPToolError) as caught:
             mcp.tool("fail")(reason=f"token {TOKEN} rejected")
@@ -482,7 +482,7 @@ def test_import_skillstate_does_not_import_mcp() -> None:
         "import sys, skillstate, skillstate.integrations.mcp; "
         "assert not any(m == 'mcp' or m.startswith('mcp.') for m in sys.modules), 'mcp imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
 
 
 @pytest.mark.parametrize("version", [None, "1.26.0"])

@@ -179,7 +179,7 @@ def db_path(tmp_path: Path) -> Path:
     path = tmp_path / "tasks.db"
     store = SQLiteStore(path)
     try:
-        result = Runtime(v1_agent(), store).run(TASK, max_steps=2)
+        result = Runtime(v1_agent(), store).run(TASK, max_steps=2, create=True)
         assert result.stopped == "max_steps"
         assert store.load(TASK).version == 3
     finally:
@@ -610,7 +610,7 @@ def test_a_card_v3_task_loads_and_continues_with_no_replies_ahead(tmp_path: Path
     db = open_store(f"sqlite:///{tmp_path / 'state.db'}")
     try:
         runtime = Runtime(ticket.agent, db)
-        parked = runtime.run("t").state
+        parked = runtime.run("t", create=True).state
         raw = parked.model_dump(mode="json")
         raw.pop("replies_ahead")
         raw["card_version"] = 3

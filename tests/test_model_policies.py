@@ -27,6 +27,7 @@ from skillstate import (
 )
 from skillstate.bench.tokens import compare
 from skillstate.engine.actions import CallSkill, Finish, decision_schema, validate_decision
+from skillstate.engine.agent import agent_factory
 from skillstate.engine.policy import (
     HistoryPolicy,
     StatePolicy,
@@ -60,6 +61,7 @@ class ShopState(AgentState):
     ordered: bool = False
 
 
+@agent_factory  # `skillstate run tests.test_model_policies:shop_agent` builds it
 def shop_agent() -> Agent:
     skills = SkillRegistry()
 
@@ -259,7 +261,7 @@ def test_fuzz_through_the_runtime() -> None:
     store = MemoryStore()
     # The stall guard would stop this after 10 (tests/test_guard.py): off, to fuzz 20.
     runtime = Runtime(agent, store, max_steps=20, max_stalled=None, max_repeats=None)
-    result = runtime.run("t")
+    result = runtime.run("t", create=True)
     assert result.stopped == "max_steps"
     state = result.state
     assert state.total == 0
@@ -287,7 +289,7 @@ class TestRepairs:
             return follow_plan(messages, schema)
 
         store = MemoryStore()
-        Runtime(with_model(rule), store, max_steps=1).run("t")
+        Runtime(with_model(rule), store, max_steps=1).run("t", create=True)
         assert len(seen[1]) == len(seen[0]) + 2
         assert seen[1][-1].role == "user"
         assert "value" in seen[1][-1].content
@@ -300,7 +302,9 @@ class TestRepairs:
     def test_usage_is_recorded_per_decision_and_summed(self) -> None:
         """Each decision's event carries its tokens; the card keeps the running totals."""
         store = MemoryStore()
-        result = Runtime(with_model(follow_plan), store, prices=Prices(1.0, 2.0)).run("t")
+        result = Runtime(with_model(follow_plan), store, prices=Prices(1.0, 2.0)).run(
+            "t", create=True
+        )
         assert result.stopped == "completed"
         decided = [e for e in store.events("t") if e.usage]
         assert all(e.usage and e.usage.calls == 1 and e.usage.prompt > 0 for e in decided)
@@ -338,7 +342,7 @@ class TestRepairs:
         try:
             View._rendered = cached_property(counting)  # type: ignore[assignment,method-assign]
             View._rendered.__set_name__(View, "_rendered")
-            result = Runtime(agent, store).run("t")
+            result = Runtime(agent, store).run("t", create=True)
         finally:
             View._rendered = original  # type: ignore[method-assign]
         assert result.stopped == "completed"
@@ -368,7 +372,7 @@ class TestBaselines:
             seen.append(list(messages))
             return follow_plan(messages, schema) if kind == "state" else _plan_by_count(len(seen))
 
-        Runtime(with_model(rule, kind, **options), MemoryStore()).run("t")
+        Runtime(with_model(rule, kind, **options), MemoryStore()).run("t", create=True)
         return seen
 
     def test_state_policy_sends_two_messages(self) -> None:
@@ -425,7 +429,7 @@ class TestBudgets:
         """--max-calls: the task stops with the reason logged once, and resumes with more."""
         store = MemoryStore()
         agent = with_model(follow_plan)
-        first = Runtime(agent, store, max_calls=2).run("t")
+        first = Runtime(agent, store, max_calls=2).run("t", create=True)
         assert first.stopped == "budget"
         assert first.state.usage.calls == 2
         assert first.state.errors[-1].kind == "budget"
@@ -439,13 +443,15 @@ class TestBudgets:
     def test_token_and_cost_budgets(self) -> None:
         """Prompt-token and cost budgets stop the task before the next decision."""
         store = MemoryStore()
-        result = Runtime(with_model(follow_plan), store, max_tokens=1).run("t")
+        result = Runtime(with_model(follow_plan), store, max_tokens=1).run("t", create=True)
         assert result.stopped == "budget"
         assert result.state.usage.calls == 1
         assert "prompt token budget" in result.state.errors[-1].message
         store = MemoryStore()
         prices = Prices(input=1_000_000.0, output=0.0)  # one currency unit per prompt token
-        result = Runtime(with_model(follow_plan), store, max_cost=50.0, prices=prices).run("t")
+        result = Runtime(with_model(follow_plan), store, max_cost=50.0, prices=prices).run(
+            "t", create=True
+        )
         assert result.stopped == "budget"
         assert "cost budget" in result.state.errors[-1].message
 

@@ -755,7 +755,7 @@ def test_tracing_off_imports_no_opentelemetry() -> None:
         [sys.executable, "-c", OFF],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
         env=env,
     )
@@ -784,7 +784,7 @@ def test_the_cli_exports_when_the_endpoint_is_set(receiver: Receiver, tmp_path: 
         [sys.executable, "-m", "skillstate", "demo", "ticket", "--store", "memory://", "-q"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
         env=env,
         cwd=tmp_path,

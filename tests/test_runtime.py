@@ -151,7 +151,7 @@ def store() -> MemoryStore:
 class TestHappyPath:
     def test_runs_to_completion(self, store: MemoryStore) -> None:
         """The loop decides, verifies and commits until the policy finishes."""
-        result = Runtime(make_agent(count_to(3)), store).run("t")
+        result = Runtime(make_agent(count_to(3)), store).run("t", create=True)
         assert result.stopped == "completed"
         state = result.state
         assert isinstance(state, CounterState)
@@ -169,7 +169,7 @@ class TestHappyPath:
 
     def test_events_record_skill_version_tools_and_transition(self, store: MemoryStore) -> None:
         """Each step's event names the skill and version, its tool calls, and skill switches."""
-        Runtime(make_agent(count_to(2)), store).run("t")
+        Runtime(make_agent(count_to(2)), store).run("t", create=True)
         events = store.events("t")
         first_add = events[1]
         assert (first_add.skill, first_add.skill_version) == ("add", "7")
@@ -187,7 +187,7 @@ class TestHappyPath:
 
     def test_patches_replay_to_every_checkpoint(self, store: MemoryStore) -> None:
         """Folding the events' JSON Patches reproduces every stored version exactly."""
-        Runtime(make_agent(count_to(3)), store).run("t")
+        Runtime(make_agent(count_to(3)), store).run("t", create=True)
         document: dict[str, Any] = {}
         for event in store.events("t"):
             document = apply_patch(document, event.patch)
@@ -275,7 +275,7 @@ class TestRefusals:
     def test_retry_recovers_from_a_transient_failure(self, store: MemoryStore) -> None:
         """A skill that fails once and then succeeds commits on its second attempt."""
         agent = make_agent(count_to(1), fail_runs=1)
-        result = Runtime(agent, store).run("t")
+        result = Runtime(agent, store).run("t", create=True)
         assert result.stopped == "completed"
         add_event = store.events("t")[1]
         assert add_event.attempts == 2
@@ -313,7 +313,9 @@ class TestRefusals:
 
     def test_fail_ends_the_task(self, store: MemoryStore) -> None:
         """A Fail action ends the task failed with the reason in the error log."""
-        result = Runtime(make_agent(once(Fail(reason="cannot reach the API"))), store).run("t")
+        result = Runtime(make_agent(once(Fail(reason="cannot reach the API"))), store).run(
+            "t", create=True
+        )
         assert result.stopped == "failed"
         assert result.state.errors[-1].message == "cannot reach the API"
 
@@ -332,7 +334,7 @@ class TestPausesAndResume:
             return Finish()
 
         runtime = Runtime(make_agent(decide), store)
-        paused = runtime.run("t")
+        paused = runtime.run("t", create=True)
         assert paused.stopped == "waiting_user"
         assert paused.state.question == "How much?"
         with pytest.raises(UsageError):
@@ -359,18 +361,18 @@ class TestPausesAndResume:
                 return AskUser(question="More?", next_step="counting")
             return Finish()
 
-        result = Runtime(make_agent(decide), store).run("t", inputs=["2", "3"])
+        result = Runtime(make_agent(decide), store).run("t", inputs=["2", "3"], create=True)
         assert result.stopped == "completed"
         assert isinstance(result.state, CounterState)
         assert result.state.count == 5
 
     def test_resume_after_stop_equals_uninterrupted_run(self, tmp_path: Path) -> None:
         """Stopping mid-task and resuming in a fresh runtime ends in the same state."""
-        whole = Runtime(make_agent(count_to(3)), MemoryStore()).run("t").state
+        whole = Runtime(make_agent(count_to(3)), MemoryStore()).run("t", create=True).state
 
         db = tmp_path / "s.db"
         first = Runtime(make_agent(count_to(3)), SQLiteStore(db))
-        stopped = first.run("t", max_steps=2)
+        stopped = first.run("t", max_steps=2, create=True)
         assert stopped.stopped == "max_steps"
         assert isinstance(stopped.state, CounterState)
         assert stopped.state.count == 2
@@ -399,7 +401,7 @@ class TestPausesAndResume:
 
     def test_rollback_is_a_new_commit(self, store: MemoryStore) -> None:
         """rollback_task restores an old state as a new version; history is kept."""
-        Runtime(make_agent(count_to(3)), store).run("t")
+        Runtime(make_agent(count_to(3)), store).run("t", create=True)
         head = store.load("t").version
         new_version = rollback_task(store, "t", 2)
         assert new_version == head + 1

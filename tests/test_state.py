@@ -95,7 +95,9 @@ class TestDemos:
     def test_ticket_demo_completes(self) -> None:
         """The seed 000 ticket flow ends completed with type and priority in state."""
         agent = ticket.agent
-        result = Runtime(agent, MemoryStore()).run("t", inputs=list(agent.sample_inputs))
+        result = Runtime(agent, MemoryStore()).run(
+            "t", inputs=list(agent.sample_inputs), create=True
+        )
         state = result.state
         assert isinstance(state, ticket.TicketState)
         assert result.stopped == "completed"
@@ -108,7 +110,7 @@ class TestDemos:
     def test_orders_demo_keeps_raw_output_out_of_state(self) -> None:
         """Seed 001: the largest July order is found; the raw payload stays an artifact."""
         store = MemoryStore()
-        result = Runtime(orders.agent, store).run("o")
+        result = Runtime(orders.agent, store).run("o", create=True)
         state = result.state
         assert isinstance(state, orders.OrdersState)
         assert result.stopped == "completed"

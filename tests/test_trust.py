@@ -189,8 +189,11 @@ class TestBoundedInputs:
             tmp_path, "demo", "ticket", "--task-id", "T", "--input", "x" * 100_000, "--store", url
         )
         assert code == 2, out + err
-        assert "reply refused: it is 100,002 characters long" in err
+        assert "--input refused: it is 100,002 characters long" in err
         assert_no_traceback(out, err)
+        code, _, err = run_cli(tmp_path, "show", "T", "--store", url)
+        assert code != 0
+        assert "no task 'T'" in err
 
     @pytest.mark.parametrize(
         ("value", "fragment"),

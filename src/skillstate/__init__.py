@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "Revise": "skillstate.engine.actions",
     "parse_action": "skillstate.engine.actions",
     "Agent": "skillstate.engine.agent",
+    "agent_factory": "skillstate.engine.agent",
     "load_agent": "skillstate.engine.agent",
     "per_task": "skillstate.engine.agent",
     "Policy": "skillstate.engine.policy",
@@ -91,7 +92,7 @@ if TYPE_CHECKING:
         Revise,
         parse_action,
     )
-    from skillstate.engine.agent import Agent, load_agent, per_task
+    from skillstate.engine.agent import Agent, agent_factory, load_agent, per_task
     from skillstate.engine.policy import Policy, ScriptedPolicy
     from skillstate.engine.rewind import fork_task, rollback_task
     from skillstate.engine.runtime import RunResult, Runtime, StepReport
@@ -212,6 +213,7 @@ __all__ = [
     "VerifyContext",
     "View",
     "__version__",
+    "agent_factory",
     "fork_task",
     "load_agent",
     "migration",

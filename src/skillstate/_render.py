@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -30,6 +31,26 @@ if TYPE_CHECKING:
 console = Console(highlight=False, soft_wrap=False)
 errors = Console(stderr=True, highlight=False)
 
+PIPED_MAX_WIDTH = 400
+"""The widest a table is drawn when stdout is not a terminal (and COLUMNS is unset)."""
+
+
+def print_table(table: Table) -> None:
+    """``table`` on stdout: at the terminal's width, or piped, as wide as its content.
+
+    Without a terminal rich assumes 80 columns, which squeezed ``log``'s diff column
+    to about 18 characters (a line of ``skillstate log T > file`` held a few words).
+    Piped, a table gets the width its content needs (up to :data:`PIPED_MAX_WIDTH`);
+    ``COLUMNS`` still sets the width when given.
+    """
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        console.print(table)
+        return
+    options = console.options.update_width(PIPED_MAX_WIDTH)
+    natural = Measurement.get(console, options, table).maximum
+    width = max(console.width, min(natural, PIPED_MAX_WIDTH))
+    Console(file=console.file, width=width, highlight=False, soft_wrap=False).print(table)
+
 
 def patch_lines(patch: Sequence[dict[str, Any]], width: int = 100) -> list[str]:
     lines = []
@@ -49,12 +70,19 @@ class StepPrinter:
     def __init__(self, *, verbose: bool, store: Store | None = None) -> None:
         self.verbose = verbose
         self.store = store
-        """Where tracebacks are read from (``SKILLSTATE_DEBUG=1`` prints them)."""
+        """Where tracebacks are read from (``SKILLSTATE_DEBUG=1`` prints them), and the
+        decisions a resumed task made before this process."""
+        self._decisions: dict[str, int] = {}
 
     def __call__(self, report: StepReport[Any]) -> None:
         event = report.event
         if self.verbose and report.view is not None:
-            console.rule(f"decision {event.version}", style="cyan")
+            # Numbered as the token table (`run --compare`, the demos) numbers them:
+            # the task's Nth decision, with the version that recorded it.
+            title = f"v{event.version}"
+            if event.actor == "policy":
+                title = f"decision {self._decision_number(event)} · {title}"
+            console.rule(title, style="cyan")
             console.print(
                 Panel(
                     Text(report.view.text),
@@ -75,6 +103,21 @@ class StepPrinter:
         if self.verbose:
             for line in patch_lines(event.patch):
                 console.print(f"  [dim]{escape(line)}[/]")
+
+    def _decision_number(self, event: Event) -> int:
+        """1 for the task's first decision, and so on (earlier ones read from the store)."""
+        task = event.task_id
+        if task not in self._decisions:
+            before = 0
+            if self.store is not None:
+                try:
+                    events = self.store.events(task)
+                except SkillstateError:  # numbering is cosmetic: never fail a run on it
+                    events = []
+                before = sum(e.actor == "policy" and e.version < event.version for e in events)
+            self._decisions[task] = before
+        self._decisions[task] += 1
+        return self._decisions[task]
 
     def _print_traces(self, report: StepReport[Any]) -> None:
         from skillstate.store.sealing import read_artifact
@@ -140,7 +183,7 @@ def print_events(events: Sequence[Event]) -> None:
             "\n".join(patch_lines(e.patch, width=60)),
         )
         table.add_row(*(Text(c) for c in cells))
-    console.print(table)
+    print_table(table)
 
 
 def _tokens_cell(e: Event) -> str:
@@ -164,21 +207,23 @@ def print_checkpoints(items: Sequence[CheckpointInfo], labels: dict[int, str]) -
             "snapshot" if c.snapshot else "delta",
             str(c.size),
         )
-    console.print(table)
+    print_table(table)
 
 
 def print_comparison(rows: Sequence[DecisionTokens], tokenizer: str) -> None:
     if not rows:
         return
     table = Table(title=f"prompt tokens per decision ({tokenizer})")
-    for col in ("decision", "state view", "full history", "view / history"):
+    for col in ("decision", "v", "state view", "full history", "view / history"):
         table.add_column(col, justify="right")
     for i, r in enumerate(rows, 1):
-        table.add_row(str(i), str(r.state_view), str(r.history), f"{r.state_view / r.history:.2f}")
+        ratio = f"{r.state_view / r.history:.2f}"
+        table.add_row(str(i), str(r.version), str(r.state_view), str(r.history), ratio)
     total_view = sum(r.state_view for r in rows)
     total_hist = sum(r.history for r in rows)
-    table.add_row("total", str(total_view), str(total_hist), f"{total_view / total_hist:.2f}")
-    console.print(table)
+    total_ratio = f"{total_view / total_hist:.2f}"
+    table.add_row("total", "", str(total_view), str(total_hist), total_ratio)
+    print_table(table)
 
 
 def print_doctor(report: DoctorReport) -> None:
@@ -208,7 +253,7 @@ def print_doctor(report: DoctorReport) -> None:
     for finding in report.damage:
         version = "-" if finding.version is None else str(finding.version)
         table.add_row(version, escape(finding.message))
-    console.print(table)
+    print_table(table)
     console.print(f"[red]corrupted[/]: {len(report.damage)} problem(s); nothing was changed")
 
 
@@ -245,7 +290,7 @@ def print_tokens(events: Sequence[Event], prices: Prices | None) -> None:
     if prices is not None:
         total_row.append(f"{cost_total:.6f}")
     table.add_row(*total_row, style="bold")
-    console.print(table)
+    print_table(table)
     console.print("[dim]~ = counted offline (no provider usage)[/]")
 
 
@@ -257,7 +302,7 @@ def print_token_bench(report: TokenReport) -> None:
         table.add_column(col, justify="right")
     for label, state, history, ratio in report.rows():
         table.add_row(label, f"{state:,}", f"{history:,}", f"{ratio:.1%}")
-    console.print(table)
+    print_table(table)
     if report.steps >= 10:
         state_drift = (report.state.at(report.steps) or 0) / (report.state.at(10) or 1) - 1
         history_growth = (report.history.at(report.steps) or 0) / (report.history.at(10) or 1)
@@ -286,7 +331,7 @@ def print_timeline(steps: Sequence[TimelineStep], first_bad: Attribution | None)
             escape(step.verdict or ("error: " + step.error if step.error else "-")),
             escape("\n".join(lines)) or "-",
         )
-    console.print(table)
+    print_table(table)
     if first_bad is None:
         console.print("[green]no step failed its verify, logged an error or diverged[/]")
         return

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from skillstate.errors import UsageError
-from skillstate.limits import DEFAULT_LIMITS, problem
+from skillstate.limits import DEFAULT_LIMITS, INT_DIGITS, problem
 
 __all__ = ["check_events", "load_yaml"]
 
@@ -48,22 +48,37 @@ class _Refused(Exception):
 def load_yaml(text: str, *, what: str, max_depth: int = DEFAULT_LIMITS.depth) -> Any:
     """Parse ``text`` (``what`` names it in errors) with the bounds above."""
     loader_class = type("Loader", (_BoundedLoader,), {"max_depth": max_depth})
-    loader = loader_class(text)
+    try:
+        # The reader checks the characters as it is built: a raw control character
+        # is refused here (as a ReaderError), before the parse starts.
+        loader = loader_class(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{what} is not valid YAML: {_first_line(exc)}") from exc
     try:
         value = loader.get_single_data()
     except _Refused as exc:
         raise UsageError(f"{what} refused: {exc}") from None
     except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0]
-        raise UsageError(f"{what} is not valid YAML: {first}") from exc
+        raise UsageError(f"{what} is not valid YAML: {_first_line(exc)}") from exc
     except RecursionError:
         raise UsageError(f"{what} refused: it is nested too deeply") from None
+    except ValueError as exc:  # a constructor's: int("9" * 5000), a date 2001-13-45
+        reason = (
+            f"it holds an integer of more than {INT_DIGITS:,} digits"
+            if "digits" in str(exc)
+            else f"a value does not read ({_first_line(exc)})"
+        )
+        raise UsageError(f"{what} refused: {reason}") from None
     finally:
         loader.dispose()
     found = problem(value, chars=1 << 30, depth=max_depth)
     if found is not None:
         raise UsageError(f"{what} refused: {found}")
     return value
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def check_events(text: str | bytes, *, max_depth: int = 256) -> str | None:

@@ -58,8 +58,9 @@ class TaskNotFound(UsageError, LookupError):
     message then names it (``no task 'x' in sqlite:///.skillstate/state.db``).
     """
 
-    def __init__(self, task_id: str, store: str | None = None) -> None:
-        super().__init__(f"no task {task_id!r} in {store or 'the store'}")
+    def __init__(self, task_id: str, store: str | None = None, *, hint: str = "") -> None:
+        where = f"no task {task_id!r} in {store or 'the store'}"
+        super().__init__(f"{where}: {hint}" if hint else where)
         self.task_id = task_id
         self.store = store
 

@@ -122,22 +122,30 @@ def _noting_sigint() -> Iterator[None]:
 
     typer turns a KeyboardInterrupt into a silent exit 130; the note is how
     :func:`_main` still knows to print the resume hint. A SIGINT disposition someone
-    else chose (ignored, or a handler of their own), or a thread other than the main
-    one, is left alone.
+    else chose (ignored, as for ``skillstate ... &`` in a script, or a handler of
+    their own), or a thread other than the main one, is left alone.
     """
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is not signal.default_int_handler:
-            yield
-            return
-        signal.signal(signal.SIGINT, _on_sigint)
-    except ValueError:  # not the main thread: signals cannot be handled here
-        yield
-        return
+    installed = _install_sigint()
+    # The yield is outside any ``except``: an exception the command raises (a
+    # UsageError is a ValueError) must pass through, not be caught by the clause
+    # meant for signal.signal, which made the generator yield twice ("generator
+    # didn't stop after throw()", exit 1) whenever SIGINT was not the default.
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _install_sigint() -> bool:
+    """Put :func:`_on_sigint` in place of Python's default handler, if that is the one."""
+    try:
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return False
+        signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        return False
+    return True
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:

@@ -91,8 +91,9 @@ StoreOpt = Annotated[
     typer.Option(
         "--store",
         help="Store URL (sqlite:///path.db, file://DIR, postgresql://..., redis://..., "
-        "memory://). "
-        "Default: $SKILLSTATE_STORE or sqlite:///.skillstate/state.db",
+        "memory://). Default: $SKILLSTATE_STORE, else `store` in .skillstate.toml or "
+        "[tool.skillstate] of pyproject.toml (here or the nearest parent), else "
+        "sqlite:///.skillstate/state.db",
         show_default=False,
     ),
 ]

@@ -192,6 +192,7 @@ def _drive(
     verbose: bool,
     compare: bool = False,
     reply: str | None = None,
+    reply_into: str | None = None,
     fields: dict[str, object] | None = None,
     decisions: _Decisions | None = None,
 ) -> NoReturn:
@@ -214,17 +215,24 @@ def _drive(
         max_steps=max_steps,
         observer=StepPrinter(verbose=verbose, store=store),
     )
+    ahead: tuple[str, ...] = ()
     if fields is not None:
+        if inputs:
+            # A new task keeps its --input replies on its card (``replies_ahead``), as
+            # ``submit --input`` does: a kill -9 then ``resume`` loses none of them.
+            fields = {**fields, **_queued_inputs(agent, inputs, fields)}
+            ahead, inputs = tuple(inputs), []
         runtime.start(task_id, **fields)
     if reply is not None:
-        runtime.reply(task_id, reply)
+        runtime.reply(task_id, reply, into=reply_into)
     # --input values are the replies after the ones the task already has.
     first = runtime.load(task_id).inputs_received if inputs else 0
     result = runtime.run(task_id, inputs=inputs, inputs_from=first)
-    unused = len(inputs) - (result.state.inputs_received - first)
+    given = len(ahead) + len(inputs)
+    unused = len(result.unused_inputs) + min(len(ahead), len(result.state.replies_ahead))
     if unused > 0:
         console.print(
-            f"[yellow]{unused} of {len(inputs)} --input value(s) not used[/]: the task did "
+            f"[yellow]{unused} of {given} --input value(s) not used[/]: the task did "
             "not ask for them"
         )
     if compare:
@@ -232,7 +240,7 @@ def _drive(
         from skillstate.llm.tokens import tokenizer_name
 
         print_comparison(compare_prompts(store, task_id, agent), tokenizer_name())
-    console.print(_summary(result))
+    console.print(_summary(result, store))
     raise typer.Exit(_exit_code(result))
 
 
@@ -265,7 +273,39 @@ def _runtime(
     )
 
 
-def _summary(result: RunResult[Any]) -> str:
+def _after_a_stall(state: Any, store: Store | None) -> str:
+    """What a person can do about a task the stall guard failed: the commands, with the
+    last version before the stall when the event log says which it is."""
+    from rich.markup import escape
+
+    task = escape(state.task_id)
+    before = _before_stall(state, store) if store is not None else None
+    to = f"--to {before}" if before is not None else "--to VERSION"
+    where = " (the last version before the stall)" if before is not None else ""
+    return (
+        f"the task failed. To go on: roll it back, skillstate rollback {task} {to}{where}, "
+        f"or fix what blocks it and set it running again, skillstate edit {task}; then "
+        f"skillstate resume {task}. What it tried: skillstate log {task}"
+    )
+
+
+def _before_stall(state: Any, store: Store) -> int | None:
+    """The version before the stalled run of decisions (``no_progress`` of them)."""
+    count = int(getattr(state, "no_progress", 0) or 0)
+    if count < 1:
+        return None
+    try:
+        events = store.events(state.task_id, since=max(0, state.version - 4 * count - 4))
+    except Exception:  # a hint is not worth failing the command for
+        return None
+    decisions = [e for e in events if e.actor == "policy"]
+    if len(decisions) < count:
+        return None
+    first = decisions[-count].version
+    return first - 1 if first > 1 else None
+
+
+def _summary(result: RunResult[Any], store: Store | None = None) -> str:
     from rich.markup import escape
 
     state = result.state
@@ -281,13 +321,14 @@ def _summary(result: RunResult[Any]) -> str:
             f"[yellow]stopped after {result.steps} steps (--max-steps)[/] · task {task}; "
             f"continue with: skillstate resume {task}"
         )
-    if result.stopped == "stalled":
+    stalled = bool(state.errors) and state.errors[-1].kind == "stalled"
+    if result.stopped == "stalled" or (result.stopped == "failed" and stalled):
         parked = state.status.value == "waiting_user"
-        then = f'reply with: skillstate reply {task} "..."' if parked else "the task failed"
-        return (
-            f"[red]stalled[/] · task {task}: {escape(state.errors[-1].message)}\n"
-            f"{then}; see skillstate log {task}"
-        )
+        if parked:
+            then = f'reply with: skillstate reply {task} "..."; see skillstate log {task}'
+        else:
+            then = _after_a_stall(state, store)
+        return f"[red]stalled[/] · task {task}: {escape(state.errors[-1].message)}\n{then}"
     if result.stopped == "budget":
         return (
             f"[yellow]stopped: {escape(state.errors[-1].message)}[/] · task {task}; "
@@ -366,6 +407,35 @@ def _start(
 
 
 # ---------------------------------------------------------------- commands
+
+
+def _queued_inputs(agent: Any, texts: list[str], fields: dict[str, object]) -> dict[str, object]:
+    """The card field that gives ``texts`` to the task's questions, checked as replies."""
+    from skillstate.errors import UsageError
+    from skillstate.limits import problem
+
+    if {"inputs", "inputs_received", "replies_ahead"} & fields.keys():
+        raise UsageError("give the replies with --input, not --set")
+    limits = agent.limits
+    for text in texts:
+        found = problem(text, chars=limits.reply_chars, depth=limits.depth)
+        if found is not None:
+            raise UsageError(f"--input refused: {found}; nothing was written")
+    return {"replies_ahead": tuple(texts)}
+
+
+def _card_fields(items: list[str]) -> dict[str, object]:
+    """``--set FIELD=VALUE`` of a new task (``run``, ``submit``): top-level fields only,
+    each value checked as a person's edit is (no control characters, bounded)."""
+    from skillstate.engine.edits import check_edit
+    from skillstate.errors import UsageError
+
+    fields = _parse_assignments(items)
+    if any("." in name for name in fields):
+        raise UsageError("--set takes top-level fields of the card (FIELD=VALUE)")
+    for name, value in fields.items():
+        check_edit(name, value)
+    return fields
 
 
 def _parse_assignments(items: list[str]) -> dict[str, object]:

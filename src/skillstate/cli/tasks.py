@@ -31,9 +31,9 @@ from skillstate.cli._app import (
 )
 from skillstate.cli._common import (
     _agent_for,
+    _card_fields,
     _Decisions,
     _drive,
-    _parse_assignments,
     _start,
     _store,
 )
@@ -69,11 +69,7 @@ def run(
     ] = None,
 ) -> None:
     """Start a new task with an agent and run it until it ends or asks the user."""
-    fields = _parse_assignments(set_) if set_ else None
-    if fields and any("." in name for name in fields):
-        from skillstate.errors import UsageError
-
-        raise UsageError("--set takes top-level fields of the card (FIELD=VALUE)")
+    fields = _card_fields(set_) if set_ else None
     _start(
         agent,
         task_id=task_id,
@@ -259,6 +255,15 @@ def reply(
     queue: Annotated[str, typer.Option("--queue", help="With a broker: the queue.")] = (
         "skillstate"
     ),
+    into: Annotated[
+        str | None,
+        typer.Option(
+            "--into",
+            help="A secret reply: keep it in this Sensitive field of the card (sealed; "
+            'decisions see only its handle, "<sensitive:FIELD>", and skills get the value).',
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Answer a task waiting for the user, then keep running it (or enqueue it)."""
     db = _store(store)
@@ -270,7 +275,7 @@ def reply(
 
         url = broker_url(broker)
         assert url is not None
-        replied = Runtime(agent, db).reply(task_id, text)
+        replied = Runtime(agent, db).reply(task_id, text, into=into)
         db.close()
         enqueue_reply(url, task_id, replied.version, queue)
         return
@@ -282,6 +287,7 @@ def reply(
         max_steps=max_steps,
         verbose=not quiet,
         reply=text,
+        reply_into=into,
         decisions=_Decisions(
             model,
             base_url,

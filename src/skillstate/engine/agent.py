@@ -8,6 +8,7 @@ name is kept in the state card so ``resume`` can find it again in a new process.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +30,7 @@ from skillstate.state.redact import RedactionPolicy
 from skillstate.state.secrets import sensitive_fields
 from skillstate.state.view import VALUE_CHARS, View, render_view
 
-__all__ = ["Agent", "Invariant", "PerTask", "load_agent", "per_task"]
+__all__ = ["Agent", "Invariant", "PerTask", "agent_factory", "load_agent", "per_task"]
 
 Invariant = Callable[[Any], "bool | str | None"]
 
@@ -38,10 +39,16 @@ Invariant = Callable[[Any], "bool | str | None"]
 class PerTask:
     """A tool built for each task from its state (see :func:`per_task`)."""
 
-    factory: Callable[[Any], Callable[..., Any]]
+    factory: Callable[..., Callable[..., Any]]
+    takes_context: bool = False
+    """Whether the factory takes the skill's context too: ``factory(state, ctx)``."""
+
+    def build(self, state: Any, ctx: Any) -> Callable[..., Any]:
+        """The tool for one attempt of a skill in ``state`` (``ctx``: its SkillContext)."""
+        return self.factory(state, ctx) if self.takes_context else self.factory(state)
 
 
-def per_task(factory: Callable[[Any], Callable[..., Any]]) -> PerTask:
+def per_task(factory: Callable[..., Callable[..., Any]]) -> PerTask:
     """Declare a tool that is built from the task's state each time a skill runs.
 
     One :class:`Agent` then serves every task, each with its own resources (a
@@ -50,10 +57,28 @@ def per_task(factory: Callable[[Any], Callable[..., Any]]) -> PerTask:
 
         tools={"query": per_task(lambda state: Database(state.db_path).query)}
 
+    A factory with two parameters also gets the running skill's
+    :class:`~skillstate.skills.context.SkillContext`: the task id, the step, the
+    effect's idempotency key and fencing token, and the task's artifacts
+    (``ctx.attach``, ``ctx.artifact``)::
+
+        tools={"upload": per_task(lambda state, ctx: Uploader(state.bucket, ctx.attach))}
+
     The factory runs before every attempt of a skill that declares the tool: cache
     in it whatever is expensive to open.
     """
-    return PerTask(factory)
+    return PerTask(factory, takes_context=_positional_arity(factory) >= 2)
+
+
+def _positional_arity(fn: Callable[..., Any]) -> int:
+    """How many positional arguments ``fn`` takes (a ``*args`` counts as many)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: the one-argument form
+        return 1
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 2
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
 DEFAULT_POLICY = RedactionPolicy()
@@ -257,10 +282,33 @@ def _builder_module() -> str | None:
     return frame.f_globals.get("__name__") if frame is not None else None
 
 
+_FACTORY = "__skillstate_agent_factory__"
+
+F = TypeVar("F", bound=Callable[[], "Agent[Any]"])
+
+
+def agent_factory(build: F) -> F:
+    """Declare ``build`` (no arguments, returns an :class:`Agent`) a factory that
+    :func:`load_agent` may call, so ``skillstate run my_pkg.agents:build`` builds the
+    agent when it is run rather than when the module is imported::
+
+        @agent_factory
+        def build() -> Agent[TripState]:
+            return Agent(name="trip", ...)
+
+    Only declared factories are ever called: a reference to any other callable
+    (``os:abort``, a class, a helper function) is refused, never called.
+    """
+    setattr(build, _FACTORY, True)
+    return build
+
+
 def load_agent(ref: str, *, search_cwd: bool = False) -> Agent[Any]:
     """Import ``module:attr`` and return the :class:`Agent` it names.
 
-    ``attr`` may also be a zero-argument callable returning an Agent. Only call this
+    ``attr`` is an :class:`Agent`, or a function declared with :func:`agent_factory`,
+    which is called (with no arguments) to build one. Anything else is refused with
+    :class:`~skillstate.errors.AgentImportError` and never called. Only call this
     with a reference the operator chose (a command-line argument, an allow-listed
     name), never with one read from a store: importing runs the module's code.
     ``search_cwd`` also looks for the module in the current directory, as
@@ -281,9 +329,33 @@ def load_agent(ref: str, *, search_cwd: bool = False) -> Agent[Any]:
             target = getattr(target, part)
         except AttributeError:
             raise AgentImportError(f"{module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(target, Agent) and callable(target):
-        target = target()
+    if not isinstance(target, Agent) and getattr(target, _FACTORY, None) is True:
+        built = _built(ref, target)
+        # A factory may hand out an agent other code shares (a module's own): one that
+        # already knows where it lives keeps its reference.
+        if built.reference() is None:
+            built.ref = ref
+        return built
     if not isinstance(target, Agent):
-        raise AgentImportError(f"{ref!r} is a {type(target).__name__}, not a skillstate Agent")
+        hint = " (a function that builds one must be declared @agent_factory)"
+        raise AgentImportError(
+            f"{ref!r} is a {type(target).__name__}, not a skillstate Agent"
+            + (hint if callable(target) else "")
+        )
     target.ref = ref
     return target
+
+
+def _built(ref: str, factory: Callable[[], Any]) -> Agent[Any]:
+    """What a declared factory returns (an Agent, checked by the caller)."""
+    try:
+        built = factory()
+    except Exception as exc:
+        raise AgentImportError(
+            f"agent factory {ref!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(built, Agent):
+        raise AgentImportError(
+            f"agent factory {ref!r} returned {type(built).__name__}, not a skillstate Agent"
+        )
+    return built

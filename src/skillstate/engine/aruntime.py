@@ -112,11 +112,18 @@ class AsyncRuntime(Generic[S]):
         max_steps: int | None = None,
         inputs_from: int = 0,
         stop: Callable[[], bool] | None = None,
+        create: bool = False,
     ) -> RunResult[S]:
         """Decide and commit until the task ends, waits, stalls or spends its budget, as
-        :meth:`Runtime.run` (an unknown ``task_id`` is created first)."""
+        :meth:`Runtime.run` (an unknown ``task_id`` is ``TaskNotFound`` unless
+        ``create=True``)."""
         steps = self.runtime.loop(
-            task_id, inputs=inputs, max_steps=max_steps, inputs_from=inputs_from, stop=stop
+            task_id,
+            inputs=inputs,
+            max_steps=max_steps,
+            inputs_from=inputs_from,
+            stop=stop,
+            create=create,
         )
         return await self._run(task_id, steps, None)
 
@@ -132,6 +139,7 @@ class AsyncRuntime(Generic[S]):
         inputs: Sequence[str] = (),
         max_steps: int | None = None,
         inputs_from: int = 0,
+        create: bool = False,
     ) -> AsyncIterator[StepReport[S]]:
         """:meth:`run`, yielding each decision's report as soon as it is committed::
 
@@ -142,7 +150,7 @@ class AsyncRuntime(Generic[S]):
         is released); the task stays resumable.
         """
         steps = self.runtime.loop(
-            task_id, inputs=inputs, max_steps=max_steps, inputs_from=inputs_from
+            task_id, inputs=inputs, max_steps=max_steps, inputs_from=inputs_from, create=create
         )
         queue: asyncio.Queue[StepReport[S] | None] = asyncio.Queue()
 

@@ -26,6 +26,7 @@ from skillstate._aio import in_step_thread
 from skillstate.engine import trace
 from skillstate.engine.actions import Action, reply_budget, validate_decision
 from skillstate.errors import ActionRejected, DecisionFailed, UsageError
+from skillstate.limits import DEFAULT_LIMITS, problem
 from skillstate.llm.base import Completion, Message, Provider, Usage, acomplete
 from skillstate.llm.tokens import preload
 from skillstate.state.model import AgentState
@@ -91,11 +92,27 @@ class ScriptedPolicy(Generic[S]):
     """
 
     def __init__(self, rules: Callable[[View[S]], Action], *, name: str | None = None) -> None:
+        if not callable(rules):
+            # A list of actions is the usual slip: said here, not as a TypeError mid-run.
+            raise UsageError(
+                f"ScriptedPolicy takes a function view -> Action, not a {type(rules).__name__}"
+            )
         self._rules = rules
         self.name = name or getattr(rules, "__name__", "scripted")
 
     def decide(self, view: View[S]) -> Action:
-        return self._rules(view)
+        action = self._rules(view)
+        # Python values need no parsing, but must be storable like a model's: an
+        # integer past the int-string limit, NaN or a lone surrogate would fail the
+        # step's commit instead of being a refused decision. (Sizes are the act
+        # phase's to bound, as for any decision.)
+        dump = getattr(action, "model_dump", None)  # what is not an Action fails later
+        found = problem(dump(), chars=1 << 30, depth=DEFAULT_LIMITS.depth) if dump else None
+        if found is not None:
+            raise DecisionFailed(
+                f"scripted decision refused: {found}", usage=Usage(), calls=0, repairs=0
+            )
+        return action
 
     def __repr__(self) -> str:
         return f"ScriptedPolicy({self.name!r})"

@@ -81,6 +81,8 @@ class Expectations:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
             return cls.from_json(data)
+        except RecursionError:
+            raise UsageError(f"cannot read expectations {path}: nested too deeply") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UsageError(f"cannot read expectations {path}: {exc}") from None
 
@@ -150,7 +152,8 @@ def attribute(
     ``events`` are the task's events when the caller has read them already (the
     inspector's task page does, for its timeline): they are not read again.
 
-    In order, for each decision: it logged an error or its verify failed; its state
+    In order, for each decision: it logged an error or its verify failed (a worker's
+    takeover note, ``worker_lost``, is not an error of the task's); its state
     (once its effect settled) contradicts the expected facts for that decision; it
     made an effect call other than the reference plan's next one. When nothing
     diverged but the run failed anyway (``failure`` says why: a budget, a context
@@ -164,8 +167,8 @@ def attribute(
     last: tuple[int, int] | None = None
     for event in store.events(task_id) if events is None else events:
         bad = _failed(event)
-        if bad and event.action.get("kind") == "budget":
-            continue  # the budget stop is the run's end, not a step that went wrong
+        if bad and event.action.get("kind") in _NOT_BAD:
+            continue
         if event.actor != "policy":
             if bad:
                 return Attribution(event.version, decision or None, bad)
@@ -194,6 +197,12 @@ def attribute(
         skill, params = effects[0]
         reason = f"{failure} (the plan's next effect, {skill}({_short(params)}), never came)"
     return Attribution(last[0], last[1], reason)
+
+
+_NOT_BAD = frozenset({"budget", "worker_lost"})
+"""Notes that log an error without the task having gone wrong: the budget stop is the
+run's end; ``worker_lost`` is a worker taking the task over after its previous worker
+was killed (the task resumes from its last commit). A ``dead_letter`` stays bad."""
 
 
 def _diverged(

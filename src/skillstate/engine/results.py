@@ -37,3 +37,6 @@ class RunResult(Generic[S]):
     stopped: StopReason
     steps: int
     """Decisions taken during this call."""
+    unused_inputs: tuple[str, ...] = ()
+    """The ``inputs`` of this call the task was not given: it finished, failed or
+    stopped before asking for them."""

@@ -32,6 +32,7 @@ from skillstate.engine.guard import Guard, OnStall
 from skillstate.engine.history import find_step
 from skillstate.engine.lease import Holder, default_worker
 from skillstate.engine.policy import Decided
+from skillstate.engine.replies import check_numbering, unused
 from skillstate.engine.results import RunResult, StepReport, StopReason
 from skillstate.engine.settle import Settling
 from skillstate.engine.stale import stale_steps
@@ -48,6 +49,7 @@ from skillstate.events import Actor, TokenUsage, utcnow
 from skillstate.limits import problem
 from skillstate.llm.base import Prices
 from skillstate.skills.binding import fill
+from skillstate.skills.handles import reply_note, secret_reply
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus, UserInput
 from skillstate.state.view import View
 from skillstate.store.base import Store
@@ -170,6 +172,7 @@ class Runtime(Generic[S]):
         max_steps: int | None = None,
         inputs_from: int = 0,
         stop: Callable[[], bool] | None = None,
+        create: bool = False,
     ) -> RunResult[S]:
         """Decide and commit until the task ends, waits for a user, stalls or hits ``max_steps``.
 
@@ -177,13 +180,24 @@ class Runtime(Generic[S]):
         ``inputs_from + i``. When the task asks, the next reply it has not received
         yet is given; when they run out it pauses in ``waiting_user``. So calling
         ``run`` again with the same list (after a crash, say) never gives a reply
-        twice. An unknown ``task_id`` is created first.
+        twice; new replies under numbers the task has already received are refused
+        (:mod:`skillstate.engine.replies`), and :attr:`RunResult.unused_inputs` lists
+        the inputs it did not ask for.
+
+        The task must exist (:meth:`start` it with its fields): an unknown ``task_id``
+        is :class:`~skillstate.errors.TaskNotFound`, so a mistyped id never starts a new
+        task from scratch. ``create=True`` creates it with the agent's defaults.
 
         ``stop`` is asked before every decision; ``True`` ends the run there, as a
         spent ``max_steps`` does (a worker shutting down finishes the step it is in).
         """
         steps = self.loop(
-            task_id, inputs=inputs, max_steps=max_steps, inputs_from=inputs_from, stop=stop
+            task_id,
+            inputs=inputs,
+            max_steps=max_steps,
+            inputs_from=inputs_from,
+            stop=stop,
+            create=create,
         )
         with (
             using(self.tracer),
@@ -202,6 +216,7 @@ class Runtime(Generic[S]):
         max_steps: int | None = None,
         inputs_from: int = 0,
         stop: Callable[[], bool] | None = None,
+        create: bool = False,
     ) -> Steps[RunResult[Any]]:
         """:meth:`run`'s arguments checked (before anything is written), and its loop
         (:meth:`steps`) ready to be driven."""
@@ -211,7 +226,7 @@ class Runtime(Generic[S]):
         queue = list(inputs)
         for text in queue:  # all of them, before anything is written
             self._check_reply(text)
-        return self.steps(task_id, queue, inputs_from, budget, stop)
+        return self.steps(task_id, queue, inputs_from, budget, stop, create=create)
 
     def steps(
         self,
@@ -220,6 +235,8 @@ class Runtime(Generic[S]):
         inputs_from: int,
         budget: int,
         stop: Callable[[], bool] | None = None,
+        *,
+        create: bool = False,
     ) -> Steps[RunResult[Any]]:
         """The run loop of :meth:`run` as a generator: it yields each state a decision is
         to be taken in, is sent the step's report, and returns the :class:`RunResult`.
@@ -234,13 +251,21 @@ class Runtime(Generic[S]):
                 self.store.load(task_id)
                 resumed = True
             except TaskNotFound:
+                if not create:
+                    hint = f"start it first (runtime.start({task_id!r}, ...)), or pass create=True"
+                    raise TaskNotFound(task_id, self.store.url, hint=hint) from None
                 self.start(task_id)
                 resumed = False
             if resumed:
                 self.recheck(task_id)
+                if queue:
+                    state = self.load(task_id)
+                    redactor = self._committer.redactor(state)
+                    check_numbering(self.store, state, queue, inputs_from, redactor)
             holder = self._holders.get(task_id)
             replies = (list(queue), inputs_from)
-            return (yield from self._loop(task_id, replies, budget, holder, stop))
+            result = yield from self._loop(task_id, replies, budget, holder, stop)
+            return replace(result, unused_inputs=unused(queue, inputs_from, result.state))
 
     def step(self, task_id: str) -> StepReport[S]:
         """Take exactly one decision on a running task and commit it.
@@ -263,14 +288,19 @@ class Runtime(Generic[S]):
             report: StepReport[Any] = yield state
             return report
 
-    def reply(self, task_id: str, text: str) -> S:
+    def reply(self, task_id: str, text: str, *, into: str | None = None) -> S:
         """Answer the open question of a ``waiting_user`` task; it becomes ``running``.
 
-        A reply is new information: the stall guard's count starts over.
+        A reply is new information: the stall guard's count starts over. With
+        ``into``, the reply is a secret (a card number, a password): it is kept in
+        that ``Sensitive`` field of the card (sealed) and never shown to a decision,
+        which sees a note with the field's handle instead (``<sensitive:FIELD>``, see
+        :mod:`skillstate.skills.handles`) and passes that to a skill, which gets the
+        real value.
         """
-        return self._reply(task_id, text)
+        return self._reply(task_id, text, into=into)
 
-    def _reply(self, task_id: str, text: str, *, ahead: bool = False) -> S:
+    def _reply(self, task_id: str, text: str, *, ahead: bool = False, into: str | None = None) -> S:
         """:meth:`reply`; with ``ahead``, ``text`` is the card's first reply given ahead
         (``replies_ahead``), which the same commit takes off the card."""
         self._check_reply(text)
@@ -282,8 +312,12 @@ class Runtime(Generic[S]):
                 )
             if ahead and state.replies_ahead[:1] != (text,):
                 raise Conflict(f"task {task_id!r}: its replies given ahead changed meanwhile")
+            kept: AgentState = state
+            if into is not None:
+                kept = secret_reply(state, into, text)
+                text = reply_note(into)
             reply = UserInput(index=state.inputs_received, text=text)
-            after = state.replace(
+            after = kept.replace(
                 status=TaskStatus.RUNNING,
                 inputs=(*state.inputs, reply),
                 inputs_received=reply.index + 1,
@@ -298,6 +332,7 @@ class Runtime(Generic[S]):
                 "index": reply.index,
                 "question": state.question,
                 **({"ahead": True} if ahead else {}),
+                **({"into": into} if into is not None else {}),
             }
             replied = self._committer.commit(state, Draft(after=after), action, "user")[0]
             return cast(S, replied)

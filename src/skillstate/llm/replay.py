@@ -165,15 +165,20 @@ def _load_cassette(path: Path) -> list[dict[str, Any]]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read cassette {str(path)!r}: {_one_line(exc)}") from exc
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise UsageError(f"cassette {str(path)!r} is not JSON: {_one_line(exc)}") from exc
+    except ValueError as exc:  # not UTF-8, or an integer past the int-string limit
+        reason = "it holds an integer too long to read" if "digits" in str(exc) else exc
+        raise UsageError(f"cassette {str(path)!r} is not JSON: {reason}") from exc
+    except RecursionError:
+        raise UsageError(f"cassette {str(path)!r} is nested too deeply") from None
     if not isinstance(data, list):
         raise UsageError(f"cassette {str(path)!r} is not a JSON list of entries")
     entries: list[dict[str, Any]] = []
     for number, item in enumerate(data, start=1):
         try:
             entries.append(_parse_entry(item))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise UsageError(
                 f"cassette {str(path)!r} entry {number} is malformed: {_one_line(exc)}"
             ) from exc
@@ -190,11 +195,14 @@ def _parse_entry(item: Any) -> dict[str, Any]:
             raise ValueError(f"bad message {message!r}")
     if not isinstance(response["text"], str):
         raise TypeError("response.text is not a string")
-    usage = response.get("usage") or {}
+    usage = response.get("usage")
+    usage = {} if usage is None else usage
+    if not isinstance(usage, dict):
+        raise TypeError("response.usage is not an object")
     parsed_usage = Usage(
-        prompt=int(usage.get("prompt", 0)),
-        completion=int(usage.get("completion", 0)),
-        cached=int(usage.get("cached", 0)),
+        prompt=_count(usage, "prompt"),
+        completion=_count(usage, "completion"),
+        cached=_count(usage, "cached"),
         estimated=bool(usage.get("estimated", False)),
     )
     parsed_response: dict[str, Any] = {
@@ -212,6 +220,14 @@ def _parse_entry(item: Any) -> dict[str, Any]:
         },
         "response": parsed_response,
     }
+
+
+def _count(usage: dict[str, Any], name: str) -> int:
+    """A token count of a recorded usage: a whole number, not negative (nor a bool)."""
+    value = usage.get(name, 0)
+    if type(value) is not int or value < 0:
+        raise ValueError(f"usage.{name} is not a token count: {str(value)[:40]!r}")
+    return value
 
 
 def _difference(recorded: dict[str, Any], actual: dict[str, Any]) -> str | None:

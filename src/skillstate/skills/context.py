@@ -117,6 +117,10 @@ class SkillContext:
         self.found_by_probe = False
         """Set by the runtime when this attempt's outcome came from the skill's probe."""
 
+    def bind_tools(self, tools: Mapping[str, Tool]) -> None:
+        """Add tools built for this context (the runtime's per-task tools take it)."""
+        self._tools.update(tools)
+
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(self._tools)

@@ -73,8 +73,14 @@ class VerifyContext(Generic[S, P]):
     params: P
     """The validated params the step ran with."""
     attempt: int
-    key: str | None = None
-    """The effect's idempotency key (effectful skills)."""
+    idempotency_key: str | None = None
+    """The effect's idempotency key (effectful skills), named as on
+    :class:`~skillstate.skills.context.SkillContext`."""
+
+    @property
+    def key(self) -> str | None:
+        """Deprecated spelling of :attr:`idempotency_key` (kept so older verifiers work)."""
+        return self.idempotency_key
 
 
 VerifyFn = (

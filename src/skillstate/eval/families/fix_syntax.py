@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from skillstate.engine.actions import Action, CallSkill, Finish
+from skillstate.errors import MissingExtra
 from skillstate.eval.tasks import CheckResult, Environment, TaskSpec, group_of
 from skillstate.events import Verdict
 from skillstate.skills.registry import SkillRegistry
@@ -728,10 +729,24 @@ MACHINE = StateMachine(
 """init -> locating -> fixing -> testing -> done: no finishing before the tests ran."""
 
 
+def _require_pytest() -> None:
+    """The tasks are judged by a real pytest run: without pytest every run would fail,
+    and the report would blame the agent for what the environment lacks."""
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
+        raise MissingExtra(
+            "the fix_syntax family runs pytest on each task: pip install 'skillstate[eval]'"
+        )
+
+
 class FixSyntaxFamily:
     """Builds a fix-syntax task: files, tools, skills, machine, plans and checks."""
 
     name = "fix_syntax"
+
+    def __init__(self) -> None:
+        _require_pytest()  # refused before any run, not counted against the agent 8 times
 
     def build(self, spec: TaskSpec, root: Path, *, fresh: bool = True) -> Environment:
         params = dict(spec.params)

@@ -120,9 +120,50 @@ def config_for(thread_id: str, checkpoint_ns: str, cid: str) -> RunnableConfig:
     return {"configurable": ids}
 
 
-def _status(rows: Sequence[Row] | None) -> str:
-    """``waiting_user`` while the checkpoint holds an interrupt, as skillstate says it."""
-    return "waiting_user" if any(row[2] == INTERRUPT for row in rows or ()) else "running"
+_START = "__start__"
+_TASKS = "__pregel_tasks"
+_BRANCH = "branch:to:"
+
+
+def _status(rows: Sequence[Row] | None, *, finished: bool = False) -> str:
+    """The card's status as skillstate says it: ``waiting_user`` while the checkpoint
+    holds an interrupt, ``completed`` once the graph has nothing left to run (see
+    :func:`_finished`), else ``running``."""
+    if any(row[2] == INTERRUPT for row in rows or ()):
+        return "waiting_user"
+    return "completed" if finished else "running"
+
+
+def _finished(checkpoint: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
+    """Whether no node is left to run from ``checkpoint`` (its graph reached END).
+
+    LangGraph runs a node when a trigger channel of the node holds a value (is in
+    ``values``) with a newer version than the node has seen. The saver has no graph,
+    so it reads the triggers LangGraph's graphs use: ``branch:to:NODE`` for a node,
+    ``__start__`` for the input, and pending ``Send`` packets; with none pending the
+    thread is finished (and listed ``completed``, not ``running``, by ``skillstate
+    tasks``). A checkpoint before any step, or one it cannot read, is not finished.
+    """
+    versions = checkpoint.get("channel_versions") or {}
+    seen = checkpoint.get("versions_seen") or {}
+    if not versions or not isinstance(seen, Mapping) or values.get(_TASKS):
+        return False
+    for channel, version in versions.items():
+        if channel not in values:
+            continue  # consumed: nothing there to trigger a node
+        if channel == _START:
+            node = _START
+        elif channel.startswith(_BRANCH):
+            node = channel.removeprefix(_BRANCH)
+        else:
+            continue  # a state channel: it triggers nothing by itself
+        before = (seen.get(node) or {}).get(channel)
+        try:
+            if before is None or version > before:
+                return False
+        except TypeError:  # versions of two kinds (another saver's): cannot tell
+            return False
+    return True
 
 
 def put_body(
@@ -150,7 +191,7 @@ def put_body(
     newest = max(cid, latest_id(head) or "")
     step = saved.get("step")
     body: Doc = {
-        "status": _status(writes.get(cid)),
+        "status": _status(writes.get(cid), finished=_finished(checkpoint, values)),
         "steps_taken": step if type(step) is int and step >= 0 else 0,
         "langgraph": {
             "thread_id": str(conf["thread_id"]),
@@ -214,7 +255,8 @@ def with_writes(head: Mapping[str, Any], cid: str, rows: list[Row]) -> Doc:
     body = {k: v for k, v in head.items() if k not in ("task_id", "version")}
     body["writes"] = {**(head.get("writes") or {}), cid: rows}
     if checkpoint_id(head) == cid:
-        body["status"] = _status(rows)
+        # Whether the graph had finished was read from the checkpoint when it was put.
+        body["status"] = _status(rows, finished=head.get("status") == "completed")
     return body
 
 
