@@ -29,10 +29,16 @@ Per run it prints:
   ``rescued stranded task``), **seconds** from the first message until every task
   completed (or until the run gave up).
 
-The sweeper is OFF in these runs (``--sweep-every 0``; ``--sweep`` turns it on with a
-short threshold and then requires its rescues to be 0): the numbers must show that
-the hand-over between slices itself strands nothing. The script exits 1 if any run
-completed fewer than all its tasks, or has a duplicate, a stranded task or a rescue.
+The sweeper is OFF in these runs (``--sweep-every 0``), except where a broker itself
+can lose a message: the numbers must show that the hand-over between slices strands
+nothing. The exception is a Redis broker with kill -9: kombu's Redis transport pops a
+message (``BRPOP``) and only then records it as unacknowledged, so a worker killed
+between the two loses it for good, whatever skillstate does (RabbitMQ requeues what a
+dead consumer held). Those runs turn the sweeper on (every second, threshold
+``quiet / 2``) and print its rescues; every other run must have none. ``--sweep``
+turns it on everywhere (rescues then must still be 0 outside Redis-with-kills). The
+script exits 1 if any run completed fewer than all its tasks, or has a duplicate, a
+stranded task or a rescue it does not allow.
 
 :func:`chaos_run` is what ``tests/test_workers_chaos.py`` runs on smaller sizes.
 """
@@ -101,6 +107,9 @@ class Chaos:
     at once, while its sender still holds the lease."""
     sweep: bool = False
     """Run the workers' sweeper (every second, threshold ``quiet / 2``) instead of none."""
+    rescues_allowed: bool = False
+    """Whether a sweeper rescue still passes: only where the broker can lose a message
+    (a Redis broker with kill -9, see the module docstring)."""
     quiet: float = 25.0
     """Seconds without any commit after which the run stops: whatever is unfinished
     then is stranded or lost. Above the visibility timeout plus the lease TTL."""
@@ -130,7 +139,7 @@ class Result:
             self.completed == self.chaos.tasks
             and self.duplicated == 0
             and not self.stranded
-            and not self.rescues
+            and (not self.rescues or self.chaos.rescues_allowed)
         )
 
     def line(self) -> str:
@@ -364,6 +373,7 @@ def matrix(args: argparse.Namespace) -> list[Chaos]:
         for slice_text in args.slices.split(","):
             for kills in args.kills.split(","):
                 steps = None if slice_text == "default" else int(slice_text)
+                lossy = broker == "redis" and kills == "yes"  # see the module docstring
                 label = f"{broker} slice {slice_text} {'kill -9' if kills == 'yes' else 'no kills'}"
                 runs.append(
                     Chaos(
@@ -374,7 +384,8 @@ def matrix(args: argparse.Namespace) -> list[Chaos]:
                         min_kills=1 if args.quick else 3,
                         kill_every=(1.0, 2.0) if args.quick else (2.0, 4.0),
                         submit_every=args.submit_every,
-                        sweep=args.sweep,
+                        sweep=args.sweep or lossy,
+                        rescues_allowed=lossy,
                         label=label,
                         **size,
                     )
@@ -429,7 +440,7 @@ def main() -> None:
         print(f"FAILED (the workers' logs are in {tmp})")
         raise SystemExit(1)
     shutil.rmtree(tmp, ignore_errors=True)
-    print("PASS: every task completed, none duplicated or stranded, no rescue")
+    print("PASS: every task completed, none duplicated or stranded, no unexpected rescue")
 
 
 def _one(chaos: Chaos, tmp: Path) -> Result:

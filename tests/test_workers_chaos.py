@@ -143,7 +143,8 @@ def _statuses(store: Store) -> dict[str, str | None]:
 
 def _chaos(store_url: str, broker: str, tmp_path: Path, **options: Any) -> Result:
     """One :func:`benchmarks.workers_chaos.chaos_run`; fails with the workers' log tail
-    unless every task completed, none was duplicated, stranded or rescued."""
+    unless every task completed, none was duplicated or stranded, and no rescue it does
+    not allow."""
     chaos = Chaos(store_url, broker, visibility=VISIBILITY, lease_ttl=float(TTL), **options)
     result = chaos_run(chaos, tmp_path)
     print(f"\n{result.line()}")
@@ -184,6 +185,11 @@ def test_chaos_every_task_completes_once(
     the tasks are longer then, so the kills land mid-task): every task completed with
     its ledger lines once each, nothing stranded, no rescue needed (the sweeper is off).
 
+    Except a Redis broker with kills: kombu's Redis transport pops a message before it
+    records it as unacknowledged, so a worker killed between the two loses it (seen
+    here 3 times in 12 runs under load). There the sweeper runs (as every worker's does by
+    default) and its rescues are allowed and printed: tasks completed is what counts.
+
     Redis brokers run on a Postgres store, RabbitMQ ones on a Redis store."""
     broker = _broker(broker_name)
     store_url = (postgres_url_for if broker_name == "redis" else redis_url_for)(tmp_path)
@@ -191,6 +197,8 @@ def test_chaos_every_task_completes_once(
     if kills:
         size = {"entries": 20, "step_delay": 0.05, "kills": True, "min_kills": 2,
                 "max_kills": 3, "kill_every": (0.7, 1.5)}  # fmt: skip
+        lossy = broker_name == "redis"
+        size.update(sweep=lossy, rescues_allowed=lossy)
     try:
         result = _chaos(store_url, broker, tmp_path, tasks=10, workers=3, submit_every=0.3,
                         slice_steps=slice_steps, quiet=20.0,
