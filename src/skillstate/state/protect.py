@@ -29,7 +29,7 @@ from typing import Any
 
 from skillstate.errors import SecretKeyMissing
 from skillstate.state.redact import Redactor
-from skillstate.state.secrets import ENV_KEY, MASK, is_sealed, open_text, seal_text
+from skillstate.state.secrets import ENV_KEY, MASK, is_sealed, leaf_texts, open_text, seal_text
 
 __all__ = [
     "masked_params",
@@ -83,7 +83,7 @@ def secret_texts(value: Any, redactor: Redactor) -> tuple[str, ...]:
         if isinstance(leaf, str) and isinstance(masked, str):
             out += _masked_parts(leaf, masked)
         else:
-            _leaf_texts(leaf, out)
+            leaf_texts(leaf, out)
     return tuple(dict.fromkeys(out))
 
 
@@ -126,7 +126,7 @@ def seal_params(
                 "exempt the name in the agent's RedactionPolicy(exempt_names=...)"
             )
         out = _replace(out, path, token)
-        _leaf_texts(leaf, plain)
+        leaf_texts(leaf, plain)
     return out, tuple(dict.fromkeys(plain))
 
 
@@ -175,21 +175,6 @@ def _replace(value: Any, path: _Path, new: Any) -> Any:
     assert isinstance(head, int)
     items[head] = _replace(items[head], rest, new)
     return items
-
-
-def _leaf_texts(value: Any, out: list[str]) -> None:
-    if value is None or isinstance(value, bool):
-        return
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, (int, float)):
-        out.append(str(value))
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            _leaf_texts(item, out)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _leaf_texts(item, out)
 
 
 def _pointer(path: _Path) -> str:

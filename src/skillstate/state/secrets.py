@@ -374,11 +374,12 @@ def secret_values(state: AgentState) -> tuple[str, ...]:
     """
     out: list[str] = []
     for name in sorted(sensitive_fields(type(state))):
-        _leaves(getattr(state, name), out)
+        leaf_texts(getattr(state, name), out)
     return tuple(dict.fromkeys(out))
 
 
-def _leaves(value: Any, out: list[str]) -> None:
+def leaf_texts(value: Any, out: list[str]) -> None:
+    """Append the text of every leaf of ``value`` (strings, numbers) to ``out``."""
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, str):
@@ -387,9 +388,9 @@ def _leaves(value: Any, out: list[str]) -> None:
         out.append(str(value))
     elif isinstance(value, Mapping):
         for item in value.values():
-            _leaves(item, out)
+            leaf_texts(item, out)
     elif isinstance(value, (list, tuple, set, frozenset)):
         for item in value:
-            _leaves(item, out)
+            leaf_texts(item, out)
     elif hasattr(value, "model_dump"):
-        _leaves(value.model_dump(mode="json"), out)
+        leaf_texts(value.model_dump(mode="json"), out)
