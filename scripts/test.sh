@@ -14,6 +14,6 @@ echo "== mypy src" && mypy
 echo "== pytest"
 # Two processes, each running whole files (module fixtures are built once): most tests
 # wait on subprocesses, services and disks, so this saves about a third of the wall
-# time on 2 cores (measured: 17.7 min in one process, 12.3 with two).
+# time on 2 cores (measured: 17.7 min in one process; 8.4 with two, from a fresh clone).
 # SKILLSTATE_TEST_JOBS=0 runs everything in this one process.
 exec pytest -n "${SKILLSTATE_TEST_JOBS:-2}" --dist loadfile "$@"
