@@ -42,7 +42,16 @@ DOCS_TOOLS = {
 EXPECTED = {
     "agent.html": ["Agent", "load_agent"],
     "runtime.html": ["Runtime", "RunResult", "StepReport", "rollback_task", "fork_task"],
-    "actions.html": ["Action", "CallSkill", "AskUser", "Finish", "Fail", "parse_action"],
+    "actions.html": [
+        "Action",
+        "CallSkill",
+        "AskUser",
+        "WaitUntil",
+        "WaitFor",
+        "Finish",
+        "Fail",
+        "parse_action",
+    ],
     "policies.html": ["Policy", "ScriptedPolicy"],
     "skills.html": ["SkillRegistry", "Skill", "SkillContext", "Outcome"],
     "state.html": ["AgentState", "StateMachine", "Event", "Verdict", "migration"],

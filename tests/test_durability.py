@@ -12,6 +12,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -450,10 +451,15 @@ class TestDoctor:
         snapshot = next(i.version for i in infos if i.snapshot and i.version > 1)
         delta = max(i.version for i in infos if not i.snapshot and i.version != snapshot - 1)
         conn = sqlite3.connect(tmp_path / "s.db")
+        # A snapshot of 768 characters or more is stored compressed: edit its text.
+        (stored,) = conn.execute(
+            "SELECT snapshot FROM versions WHERE task_id = 't' AND version = ?", (snapshot,)
+        ).fetchone()
+        text = zlib.decompress(stored).decode() if isinstance(stored, bytes) else stored
+        edited = json.dumps({**json.loads(text), "sent": 99})
         conn.execute(
-            "UPDATE versions SET snapshot = json_set(snapshot, '$.sent', 99) "
-            "WHERE task_id = 't' AND version = ?",
-            (snapshot,),
+            "UPDATE versions SET snapshot = ? WHERE task_id = 't' AND version = ?",
+            (zlib.compress(edited.encode()) if isinstance(stored, bytes) else edited, snapshot),
         )
         conn.execute(
             'UPDATE versions SET patch = \'[{"op":"remove","path":"/nope"}]\' '

@@ -604,6 +604,7 @@ def test_a_card_v3_task_loads_and_continues_with_no_replies_ahead(tmp_path: Path
     """Card 4 added ``replies_ahead``: a task written at card 3 loads with none and runs on."""
     from skillstate import Runtime
     from skillstate.examples import ticket
+    from skillstate.state.model import CARD_VERSION
     from skillstate.store import open_store
     from skillstate.store.memory import MemoryStore
 
@@ -618,7 +619,7 @@ def test_a_card_v3_task_loads_and_continues_with_no_replies_ahead(tmp_path: Path
         event = db.events("t")[-1]
         old.commit("t", 0, {**raw, "version": 1}, event.model_copy(update={"version": 1}))
         loaded = Runtime(ticket.agent, old).load("t")
-        assert (loaded.card_version, loaded.replies_ahead) == (4, ())
+        assert (loaded.card_version, loaded.replies_ahead) == (CARD_VERSION, ())
         answered = Runtime(ticket.agent, old).run("t", inputs=["VPN keeps dropping", "P2"])
         assert answered.stopped == "completed"
     finally:

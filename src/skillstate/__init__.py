@@ -20,6 +20,9 @@ _EXPORTS: dict[str, str] = {
     "Fail": "skillstate.engine.actions",
     "Finish": "skillstate.engine.actions",
     "Revise": "skillstate.engine.actions",
+    "WaitFor": "skillstate.engine.actions",
+    "WaitUntil": "skillstate.engine.actions",
+    "Signal": "skillstate.control.signals",
     "parse_action": "skillstate.engine.actions",
     "Agent": "skillstate.engine.agent",
     "agent_factory": "skillstate.engine.agent",
@@ -33,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "rollback_task": "skillstate.engine.rewind",
     "fork_task": "skillstate.engine.rewind",
     "ActionRejected": "skillstate.errors",
+    "ApprovalNotPending": "skillstate.errors",
     "AgentImportError": "skillstate.errors",
     "ArtifactNotFound": "skillstate.errors",
     "IllegalTransition": "skillstate.errors",
@@ -50,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "CompensationFailed": "skillstate.errors",
     "EffectsCrossed": "skillstate.errors",
     "InvariantBroken": "skillstate.errors",
+    "MessageRefused": "skillstate.errors",
     "Event": "skillstate.events",
     "SkillTransition": "skillstate.events",
     "ToolCall": "skillstate.events",
@@ -83,6 +88,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
+    from skillstate.control.signals import Signal
     from skillstate.engine.actions import (
         Action,
         AskUser,
@@ -90,6 +96,8 @@ if TYPE_CHECKING:
         Fail,
         Finish,
         Revise,
+        WaitFor,
+        WaitUntil,
         parse_action,
     )
     from skillstate.engine.agent import Agent, agent_factory, load_agent, per_task
@@ -99,12 +107,14 @@ if TYPE_CHECKING:
     from skillstate.errors import (
         ActionRejected,
         AgentImportError,
+        ApprovalNotPending,
         ArtifactNotFound,
         CompensationFailed,
         EffectsCrossed,
         IllegalTransition,
         InvalidStoreURL,
         InvariantBroken,
+        MessageRefused,
         MissingExtra,
         OutputNotDeclared,
         SkillstateError,
@@ -160,6 +170,7 @@ __all__ = [
     "Agent",
     "AgentImportError",
     "AgentState",
+    "ApprovalNotPending",
     "ArtifactNotFound",
     "AskUser",
     "CallSkill",
@@ -179,6 +190,7 @@ __all__ = [
     "IllegalTransition",
     "InvalidStoreURL",
     "InvariantBroken",
+    "MessageRefused",
     "MissingExtra",
     "NoParams",
     "OneOf",
@@ -190,6 +202,7 @@ __all__ = [
     "Runtime",
     "ScriptedPolicy",
     "Sensitive",
+    "Signal",
     "Skill",
     "SkillContext",
     "SkillRegistry",
@@ -212,6 +225,8 @@ __all__ = [
     "Verdict",
     "VerifyContext",
     "View",
+    "WaitFor",
+    "WaitUntil",
     "__version__",
     "agent_factory",
     "fork_task",

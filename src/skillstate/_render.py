@@ -148,6 +148,12 @@ def print_state(state: AgentState) -> None:
         row(key, str(data[key]))
     if state.question:
         row("question", state.question)
+    if state.pending_approval is not None:
+        from skillstate.state.protect import masked_params
+
+        call = state.pending_approval
+        shown = json.dumps(masked_params(call.params), ensure_ascii=False)
+        row("pending approval", f"{call.skill} {shown} {call.reason}".strip())
     for c in state.constraints:
         row("constraint", c)
     row("completed", ", ".join(s.id for s in state.completed_steps) or "-")
@@ -177,13 +183,21 @@ def print_events(events: Sequence[Event]) -> None:
         cells = (
             str(e.version),
             e.actor,
-            e.label,
+            _label(e),
             verdict,
             _tokens_cell(e),
             "\n".join(patch_lines(e.patch, width=60)),
         )
         table.add_row(*(Text(c) for c in cells))
     print_table(table)
+
+
+def _label(e: Event) -> str:
+    """The event's label; a person's decision on an approval also says who and why."""
+    if e.action.get("kind") not in ("approve", "reject"):
+        return e.label
+    why = e.action.get("reason")
+    return f"{e.label} by {e.action.get('actor') or '?'}" + (f": {why}" if why else "")
 
 
 def _tokens_cell(e: Event) -> str:

@@ -6,6 +6,7 @@ that callers (and the CLI's exit codes) can tell them apart::
     SkillstateError
     ├── UsageError                  bad input from the caller: exit code 2
     │   ├── TaskNotFound            no task with that id in the store
+    │   ├── ScheduleNotFound        no schedule with that name in the store
     │   ├── StoreNotFound           a reading command found no store at its URL
     │   ├── InvalidStoreURL         a store URL no backend understands
     │   ├── AgentImportError        MODULE:ATTR does not name an Agent
@@ -13,12 +14,14 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   ├── MissingExtra            an optional dependency is not installed
     │   ├── SecretKeyMissing        a sensitive field needs SKILLSTATE_KEY (or the key is wrong)
     │   ├── EffectsCrossed          a rollback or fork would cross effects that reached the world
+    │   ├── MessageRefused          a task cannot take this message or cancel (ended, rejects)
     │   └── InvariantBroken         a hand edit would break one of the agent's invariants
     ├── StoreError                  a backend failed; driver errors are wrapped here
     │   ├── Conflict                another writer or worker got there first (exit 3)
     │   │   ├── StaleState          compare-and-set lost: someone committed first
     │   │   ├── LeaseHeld           another live worker holds the task
-    │   │   └── LeaseLost           this worker's lease was taken over (fencing token stale)
+    │   │   ├── LeaseLost           this worker's lease was taken over (fencing token stale)
+    │   │   └── ApprovalNotPending  approve/reject of a task with no pending approval (decided)
     │   ├── StoreUnavailable        the database or server cannot be reached (exit 7)
     │   ├── StateCorrupted          a stored record does not load or validate (exit 5)
     │   └── ArtifactNotFound        no artifact under that ref
@@ -62,6 +65,17 @@ class TaskNotFound(UsageError, LookupError):
         where = f"no task {task_id!r} in {store or 'the store'}"
         super().__init__(f"{where}: {hint}" if hint else where)
         self.task_id = task_id
+        self.store = store
+
+
+class ScheduleNotFound(UsageError, LookupError):
+    """No schedule with this name is registered in the store (``schedule --remove``)."""
+
+    def __init__(self, name: str, store: str | None = None) -> None:
+        super().__init__(
+            f"no schedule {name!r} in {store or 'the store'} (skillstate schedule --list)"
+        )
+        self.name = name
         self.store = store
 
 
@@ -113,6 +127,14 @@ class EffectsCrossed(UsageError):
     def __init__(self, message: str, effects: Iterable[object] = ()) -> None:
         super().__init__(message)
         self.effects = tuple(effects)
+
+
+class MessageRefused(UsageError):
+    """A message (``send``) or a cancel that a task cannot take; nothing was posted.
+
+    The task has ended, its agent rejects messages (``Agent(messages="reject")``), or
+    the message itself is unfit for the store (an unknown kind, too large, not JSON).
+    """
 
 
 class InvariantBroken(UsageError):
@@ -173,6 +195,20 @@ class LeaseLost(Conflict):
         self.task_id = task_id
         self.fence = fence
         self.current = current
+
+
+class ApprovalNotPending(Conflict):
+    """``approve`` or ``reject`` found no pending approval: another person decided it
+    first (the message names who and at which version), or the task never asked.
+
+    Nothing was written. A conflict: two approvers racing get one approval, and one
+    effect; the second gets this.
+    """
+
+    def __init__(self, task_id: str, detail: str) -> None:
+        super().__init__(f"task {task_id!r} has no pending approval ({detail})")
+        self.task_id = task_id
+        self.detail = detail
 
 
 class StoreUnavailable(StoreError):

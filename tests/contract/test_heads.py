@@ -155,3 +155,16 @@ def test_damaged_lease_is_listed_with_its_reason(store: Store, damage: Damage) -
     assert head.lease is not None
     assert head.lease.worker == "w1"
     assert head.lease.expires_at == UNREADABLE_EXPIRY
+
+
+def test_heads_give_a_waiting_tasks_deadline(store: Store) -> None:
+    """wait.deadline as an aware UTC time; None without a wait, or one that does not read."""
+    deadline = "2030-01-02T03:04:05.250000Z"
+    commit(store, "until", status="waiting", wait={"kind": "until", "deadline": deadline})
+    commit(store, "signal", status="waiting", wait={"kind": "signal", "deadline": None})
+    commit(store, "bad", status="waiting", wait={"kind": "until", "deadline": "soon"})
+    commit(store, "naive", status="waiting", wait={"kind": "until", "deadline": "2030-01-02"})
+    commit(store, "none")
+    heads = by_id(store)
+    assert heads["until"].wait_until == datetime(2030, 1, 2, 3, 4, 5, 250000, timezone.utc)
+    assert [heads[t].wait_until for t in ("signal", "bad", "naive", "none")] == [None] * 4

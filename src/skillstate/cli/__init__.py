@@ -1,6 +1,6 @@
 """The ``skillstate`` command, one module per command group.
 
-Exit codes: 0 completed (or paused waiting for the user), 1 the task failed,
+Exit codes: 0 completed (or paused waiting for the user, or cancelled), 1 the task failed,
 2 bad input, 3 conflict (another writer committed first, or another worker holds
 the task), 4 stopped by --max-steps or a budget (resumable), 5 the stored state is
 corrupted or newer than this code (nothing was written), 6 the task stalled: its
@@ -40,7 +40,20 @@ from skillstate.cli._app import (
 __all__ = ["app", "main"]
 # The command groups register themselves with @app.command() when imported; this
 # order is the order `skillstate --help` lists them in.
-for _group in ("tasks", "workers", "listing", "inspect", "repair", "keys", "evaluate", "ui"):
+for _group in (
+    "tasks",
+    "approvals",
+    "control",
+    "signals",
+    "workers",
+    "schedules",
+    "listing",
+    "inspect",
+    "repair",
+    "keys",
+    "evaluate",
+    "ui",
+):
     importlib.import_module(f"skillstate.cli.{_group}")
 
 

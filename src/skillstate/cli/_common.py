@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Callable
@@ -195,7 +196,11 @@ def _drive(
     reply_into: str | None = None,
     fields: dict[str, object] | None = None,
     decisions: _Decisions | None = None,
+    prelude: Callable[[Runtime[Any]], object] | None = None,
 ) -> NoReturn:
+    """Run ``task_id`` here to its next stop and exit with its code. ``prelude`` is a
+    person's write committed with the same runtime first (``approve``, ``reject``),
+    once the model options are known to be usable."""
     from skillstate._render import StepPrinter, console, print_comparison
     from skillstate.cli._app import driving
 
@@ -225,6 +230,8 @@ def _drive(
         runtime.start(task_id, **fields)
     if reply is not None:
         runtime.reply(task_id, reply, into=reply_into)
+    if prelude is not None:
+        prelude(runtime)
     # --input values are the replies after the ones the task already has.
     first = runtime.load(task_id).inputs_received if inputs else 0
     result = runtime.run(task_id, inputs=inputs, inputs_from=first)
@@ -316,6 +323,26 @@ def _summary(result: RunResult[Any], store: Store | None = None) -> str:
             f"question: {escape(state.question or '')}\n"
             f'answer with: skillstate reply {task} "..."'
         )
+    if result.stopped == "waiting_approval" and state.pending_approval is not None:
+        from skillstate.state.protect import masked_params
+
+        call = state.pending_approval
+        params = escape(json.dumps(masked_params(call.params), ensure_ascii=False))
+        return (
+            f"[yellow]waiting for approval[/] · task {task}\n"
+            f"call: {escape(call.skill)} {params}"
+            + (f" ({escape(call.reason)})" if call.reason else "")
+            + f"\napprove with: skillstate approve {task} [--edit PARAM=VALUE] [--reason ...]"
+            f'; or: skillstate reject {task} --reason "..."'
+        )
+    if result.stopped == "waiting" and state.wait is not None:
+        from skillstate.control.waits import waiting_summary
+
+        return waiting_summary(state.task_id, state.wait)
+    if result.stopped == "cancelled":
+        from skillstate.control.inbox import cancelled_line
+
+        return cancelled_line(state, store)
     if result.stopped == "max_steps":
         return (
             f"[yellow]stopped after {result.steps} steps (--max-steps)[/] · task {task}; "
@@ -344,7 +371,10 @@ def _exit_code(result: RunResult[Any]) -> int:
     return {
         "completed": EXIT_OK,
         "waiting_user": EXIT_OK,
+        "waiting_approval": EXIT_OK,
+        "waiting": EXIT_OK,
         "failed": EXIT_FAILED,
+        "cancelled": EXIT_OK,
         "max_steps": EXIT_BUDGET,
         "budget": EXIT_BUDGET,
         "stalled": EXIT_STALLED,

@@ -11,6 +11,7 @@ reason; it never stops the listing.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,7 +31,8 @@ StatusOpt = Annotated[
     typer.Option(
         "--status",
         help="Only tasks with this status (repeatable): created, running, waiting_user, "
-        f"completed, failed, or {UNREADABLE} (a head that does not read).",
+        "waiting_approval, waiting, "
+        f"completed, failed, cancelled, or {UNREADABLE} (a head that does not read).",
         show_default=False,
     ),
 ]
@@ -45,30 +47,66 @@ AgentFilterOpt = Annotated[
 ]
 
 
+WaitingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--waiting",
+        help="Only tasks waiting on a person or the world (waiting_user, waiting_approval, "
+        "waiting: a time or a signal), longest first, with how long each has waited "
+        "(since its last commit) and until when.",
+    ),
+]
+LongerThanOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--longer-than",
+        min=0.0,
+        help="With --waiting (implied): only tasks that have waited at least this many seconds.",
+        show_default=False,
+    ),
+]
+
+WAITING = ("waiting_user", "waiting_approval", "waiting")
+"""The statuses ``tasks --waiting`` lists: a person or the world moves these on."""
+
+
 def list_tasks(
     store: StoreOpt = None,
     status: StatusOpt = None,
     agent: AgentFilterOpt = None,
+    waiting: WaitingOpt = False,
+    longer_than: LongerThanOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Every task in the store: status, step, version, last update, agent and lease
     (alias: list)."""
     wanted = _statuses(status)
+    waiting = waiting or longer_than is not None
+    if waiting:
+        wanted = frozenset(WAITING) & wanted if wanted is not None else frozenset(WAITING)
     db = _store(store, create=False)
     try:
         heads = db.heads()
     finally:
         db.close()
+    now = datetime.now(timezone.utc)
     rows = [
         head
         for head in heads
-        if (wanted is None or _status(head) in wanted) and (agent is None or head.agent == agent)
+        if (wanted is None or _status(head) in wanted)
+        and (agent is None or head.agent == agent)
+        and (longer_than is None or _waited(head, now) >= longer_than)
     ]
-    now = datetime.now(timezone.utc)
+    if waiting:
+        rows.sort(key=lambda head: -_waited(head, now))
     if as_json:
         typer.echo(json.dumps([_as_json(h, now) for h in rows], ensure_ascii=False, indent=2))
         return
-    _print(rows, db.url, now, filtered=wanted is not None or agent is not None)
+    filtered = wanted is not None or agent is not None
+    if waiting:
+        _print_waiting(rows, db.url, now)
+    else:
+        _print(rows, db.url, now, filtered=filtered)
 
 
 app.command("tasks")(list_tasks)
@@ -128,7 +166,50 @@ def _as_json(head: HeadInfo, now: datetime) -> dict[str, Any]:
         },
         "problem": head.problem,
         "lease_problem": head.lease_problem,
+        "waited_s": round(_waited(head, now), 1) if _status(head) in WAITING else None,
+        "wait_until": head.wait_until.isoformat() if head.wait_until else None,
     }
+
+
+def _waited(head: HeadInfo, now: datetime) -> float:
+    """Seconds since the head's last commit: how long a waiting task has waited."""
+    return (now - head.updated_at).total_seconds() if head.updated_at else 0.0
+
+
+def _duration(seconds: float) -> str:
+    """``45s``, ``12m 5s``, ``3h 12m``, ``2d 4h``: a table cell."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def _print_waiting(rows: list[HeadInfo], url: str, now: datetime) -> None:
+    """``tasks --waiting``: who waits, for how long and until when, longest first."""
+    if not rows:
+        typer.echo(_printable(f"no waiting tasks match in {url}"))
+        return
+    header = ("TASK", "STATUS", "WAITED", "SINCE (UTC)", "UNTIL (UTC)", "STEP", "AGENT")
+    table = [header]
+    for head in rows:
+        table.append(
+            (
+                _printable(head.task_id),
+                _status(head) or "-",
+                _duration(_waited(head, now)),
+                _utc(head.updated_at) if head.updated_at else "-",
+                _utc(head.wait_until) if head.wait_until else "-",
+                _printable(head.current_step or "-"),
+                _printable(head.agent or "-"),
+            )
+        )
+    lines = _aligned(table)
+    lines.append(_printable(f"{len(rows)} waiting task{'s' if len(rows) != 1 else ''} in {url}"))
+    typer.echo("\n".join(lines))
 
 
 def _lease_cell(head: HeadInfo, now: datetime) -> str:
@@ -146,8 +227,6 @@ def _lease_cell(head: HeadInfo, now: datetime) -> str:
 def _print(rows: list[HeadInfo], url: str, now: datetime, *, filtered: bool) -> None:
     """A plain aligned table (a rich table takes seconds for thousands of rows), the
     reasons of what did not read, and a last line naming the store."""
-    from rich.cells import cell_len
-
     if not rows:
         typer.echo(_printable(f"no tasks {'match' if filtered else 'yet'} in {url}"))
         return
@@ -170,8 +249,18 @@ def _print(rows: list[HeadInfo], url: str, now: datetime, *, filtered: bool) -> 
             notes.append(f"{head.task_id}: {UNREADABLE}: {head.problem}")
         if head.lease_problem:
             notes.append(f"{head.task_id}: {head.lease_problem}")
-    widths = [max(cell_len(row[i]) for row in table) for i in range(len(header) - 1)]
-    lines = [
+    lines = _aligned(table)
+    lines += [_printable(note) for note in notes]
+    lines.append(_printable(f"{len(rows)} task{'s' if len(rows) != 1 else ''} in {url}"))
+    typer.echo("\n".join(lines))
+
+
+def _aligned(table: Sequence[tuple[str, ...]]) -> list[str]:
+    """The rows as lines, columns padded to their widest cell (the last one unpadded)."""
+    from rich.cells import cell_len
+
+    widths = [max(cell_len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    return [
         "  ".join(
             [
                 *(
@@ -183,9 +272,6 @@ def _print(rows: list[HeadInfo], url: str, now: datetime, *, filtered: bool) -> 
         )
         for row in table
     ]
-    lines += [_printable(note) for note in notes]
-    lines.append(_printable(f"{len(rows)} task{'s' if len(rows) != 1 else ''} in {url}"))
-    typer.echo("\n".join(lines))
 
 
 def _printable(text: str) -> str:

@@ -104,6 +104,9 @@ def worker(
         max_crashes=max_crashes,
         sweep_every=sweep_every,
         sweep_after=sweep_after,
+        # A waiting task's countdown must come back before Redis hands the message,
+        # unacknowledged, to another worker (see WorkerSettings.max_countdown).
+        max_countdown=min(WorkerSettings.max_countdown, 0.8 * visibility_timeout),
         agents=frozenset(agent or ()),
     )
     names = [q for given in (queues or [DEFAULT_QUEUE]) for q in given.split(",") if q]
@@ -254,6 +257,15 @@ def enqueue_reply(broker: str, task_id: str, version: int, queue: str) -> None:
 
     _send(_app(broker), Message(task_id, version, queue=queue))
     typer.echo(f"replied; {task_id} (version {version}) enqueued to {queue}")
+
+
+def enqueue_task(broker: str | None, task_id: str, version: int, queue: str, *, note: str) -> None:
+    """Enqueue a task after a write made here without a commit (a signal in its inbox):
+    one message for the version it is at, then ``note`` and where it went."""
+    from skillstate.workers.settings import Message
+
+    _send(_app(broker), Message(task_id, version, queue=queue))
+    typer.echo(f"{note}; {task_id} (version {version}) enqueued to {queue}")
 
 
 def _app(broker: str | None, **options: Any) -> Celery:

@@ -19,8 +19,9 @@ from pydantic import BaseModel, ValidationError
 
 from skillstate._json import get_path
 from skillstate._validation import first_error
+from skillstate.control.waits import start_wait
 from skillstate.engine import trace
-from skillstate.engine.actions import Action, AskUser, CallSkill, Finish, Revise
+from skillstate.engine.actions import Action, AskUser, CallSkill, Finish, Revise, WaitFor, WaitUntil
 from skillstate.engine.agent import Agent, PerTask
 from skillstate.engine.draft import Draft, decision, reject
 from skillstate.errors import (
@@ -88,6 +89,8 @@ class Acting:
                 )
             if isinstance(action, AskUser):
                 return self._ask_user(state, action, step_id)
+            if isinstance(action, WaitUntil | WaitFor):
+                return start_wait(self.agent, state, action, step_id)
             if isinstance(action, Finish):
                 return self._finish(state, action, step_id)
             if isinstance(action, Revise):
@@ -513,7 +516,7 @@ class Acting:
 
     def _revise(self, state: AgentState, action: Revise, step_id: str) -> Draft:
         """The user changed the task: new goal or constraints, moot plan entries dropped."""
-        if not state.inputs:
+        if not state.inputs and not state.messages:  # a message sent while it ran counts too
             raise ActionRejected("'revise' needs a user's reply asking for the change")
         unknown = [p for p in action.drop_pending if p not in state.pending_steps]
         if unknown:

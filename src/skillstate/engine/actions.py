@@ -1,4 +1,4 @@
-"""The actions a policy may decide: call a skill, ask the user, finish, fail.
+"""The actions a policy may decide: call a skill, ask the user, wait, finish, fail.
 
 They are pydantic models in one discriminated union, so an LLM policy can be
 given :func:`action_json_schema` as its response format and its output parsed
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from skillstate._validation import first_error
 from skillstate.errors import ActionRejected
@@ -27,6 +29,8 @@ __all__ = [
     "Fail",
     "Finish",
     "Revise",
+    "WaitFor",
+    "WaitUntil",
     "action_json_schema",
     "decision_schema",
     "parse_action",
@@ -86,8 +90,58 @@ class Revise(_Action):
     """Entries of ``pending_steps`` the new instruction makes moot."""
 
 
-Action = Annotated[CallSkill | AskUser | Finish | Fail | Revise, Field(discriminator="kind")]
-"""One decision: call a skill, ask the user, finish or fail (discriminated by ``kind``)."""
+MAX_WAIT_SECONDS = 366 * 24 * 3600.0
+"""The longest wait or signal timeout a decision may set (a year and a day)."""
+
+
+class WaitUntil(_Action):
+    """Pause the task until a time, then run on (:mod:`skillstate.control.waits`).
+
+    Give ``at`` (an aware datetime) or ``seconds`` from now, not both. Nothing sleeps
+    through the wait: ``run`` returns ``stopped="waiting"`` and a worker requeues the
+    task for that time; whoever drives the task after it wakes it.
+    """
+
+    kind: Literal["wait_until"] = "wait_until"
+    at: datetime | None = None
+    """When to wake up (timezone-aware; stored in UTC)."""
+    seconds: float | None = Field(default=None, ge=0, le=MAX_WAIT_SECONDS)
+    """How long to wait from the decision on."""
+
+    @model_validator(mode="after")
+    def _one_time(self) -> WaitUntil:
+        if (self.at is None) == (self.seconds is None):
+            raise ValueError("give either at (a datetime) or seconds, not both")
+        if self.at is not None and self.at.utcoffset() is None:
+            raise ValueError("at must be timezone-aware (UTC: datetime.now(timezone.utc))")
+        if self.seconds is not None and not math.isfinite(self.seconds):
+            raise ValueError("seconds must be a finite number")
+        return self
+
+
+class WaitFor(_Action):
+    """Pause the task until a signal the agent declares arrives (``Agent(signals=...)``).
+
+    Its payload, validated against the declared schema, lands in the card's
+    ``signals`` (the next decision sees it). With ``timeout`` (seconds) the wait ends
+    then: the task goes to ``on_timeout`` (a machine step), or the signal's declared
+    one, or fails with the reason. A signal delivered before the wait starts is kept
+    and consumed by it.
+    """
+
+    kind: Literal["wait_for"] = "wait_for"
+    signal: str = Field(min_length=1, max_length=64)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_WAIT_SECONDS)
+    on_timeout: str | None = None
+    """The machine step to go to when the timeout passes (``None``: the signal's
+    declared one, else the task fails)."""
+
+
+Action = Annotated[
+    CallSkill | AskUser | WaitUntil | WaitFor | Finish | Fail | Revise,
+    Field(discriminator="kind"),
+]
+"""One decision: call a skill, ask the user, wait, finish or fail (discriminated by ``kind``)."""
 
 _ADAPTER: TypeAdapter[Action] = TypeAdapter(Action)
 
@@ -120,6 +174,8 @@ def decision_schema(
     can_ask: bool = True,
     can_revise: bool = False,
     stepped: Collection[str] = (),
+    can_wait: bool = False,
+    signals: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The response schema of one decision, built from the state it is made in.
 
@@ -128,7 +184,9 @@ def decision_schema(
     ``ask_user`` (unless ``can_ask`` is false: nobody would answer) and ``finish``.
     ``next_step`` is limited to the steps the machine allows from here, and not
     offered at all for the skills in ``stepped`` (those that declare the step they
-    enter: a model that spelled one out kept a summarizing skill in its old step). Each
+    enter: a model that spelled one out kept a summarizing skill in its old step).
+    ``wait_until`` (in seconds) is offered when ``can_wait``, ``wait_for`` when the
+    agent declares ``signals`` (one of their names). Each
     skill's own ``$defs`` are hoisted under a prefix so the branches can live in
     one document.
 
@@ -137,7 +195,13 @@ def decision_schema(
     the result, never modify it.
     """
     return _decision_schema(
-        tuple(params.items()), tuple(next_steps), can_ask, can_revise, frozenset(stepped)
+        tuple(params.items()),
+        tuple(next_steps),
+        can_ask,
+        can_revise,
+        frozenset(stepped),
+        can_wait=can_wait,
+        signals=tuple(signals),
     )
 
 
@@ -148,6 +212,9 @@ def _decision_schema(
     can_ask: bool,
     can_revise: bool,
     stepped: frozenset[str] = frozenset(),
+    *,
+    can_wait: bool = False,
+    signals: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     steps: dict[str, Any] = {"anyOf": [{"enum": list(next_steps)}, {"type": "null"}]}
     if not next_steps:
@@ -179,6 +246,26 @@ def _decision_schema(
                     "next_step": steps,
                 },
                 required=("kind", "question"),
+            )
+        )
+    if can_wait:
+        seconds = {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS}
+        branches.append(
+            _branch(
+                {"kind": {"const": "wait_until"}, "seconds": seconds},
+                required=("kind", "seconds"),
+            )
+        )
+    if signals:
+        timeout = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_WAIT_SECONDS}
+        branches.append(
+            _branch(
+                {
+                    "kind": {"const": "wait_for"},
+                    "signal": {"enum": list(signals)},
+                    "timeout": {"anyOf": [timeout, {"type": "null"}]},
+                },
+                required=("kind", "signal"),
             )
         )
     branches.append(
@@ -395,7 +482,19 @@ def _check_text(action: Action) -> None:
             raise ActionRejected(f"{name} is {len(value):,} characters long (at most {limit})")
 
 
-def _check_offered(action: Action, *, can_ask: bool, can_revise: bool) -> None:
+def _check_offered(
+    action: Action,
+    *,
+    can_ask: bool,
+    can_revise: bool,
+    can_wait: bool = False,
+    signals: Sequence[str] = (),
+) -> None:
+    if isinstance(action, WaitUntil) and not can_wait:
+        raise ActionRejected("'wait_until' is not available: call a skill or finish")
+    if isinstance(action, WaitFor) and action.signal not in signals:
+        known = ", ".join(signals) or "none (the agent declares no signals)"
+        raise ActionRejected(f"cannot wait for signal {action.signal!r}; signals: {known}")
     if isinstance(action, Revise) and not can_revise:
         raise ActionRejected("'revise' is only available right after the user asked for a change")
     if isinstance(action, AskUser) and not can_ask:
@@ -437,6 +536,8 @@ def validate_decision(
     can_ask: bool = True,
     can_revise: bool = False,
     stepped: Collection[str] = (),
+    can_wait: bool = False,
+    signals: Sequence[str] = (),
 ) -> Action:
     """A model's reply as an :data:`Action`, or ``ActionRejected`` saying what is wrong.
 
@@ -450,7 +551,11 @@ def validate_decision(
         raise ActionRejected("'fail' is not available: call a skill, ask the user, or finish")
     action = parse_action(data)
     _check_text(action)
-    _check_offered(action, can_ask=can_ask, can_revise=can_revise)
+    _check_offered(
+        action, can_ask=can_ask, can_revise=can_revise, can_wait=can_wait, signals=signals
+    )
+    if isinstance(action, WaitFor) and action.on_timeout is not None:
+        raise ActionRejected("on_timeout is the agent's to declare: leave it out")
     if isinstance(action, CallSkill):
         _check_call(action, params)
     step = getattr(action, "next_step", None)

@@ -15,9 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from skillstate._validation import first_error
+from skillstate.control.signals import Signal, signal_problems, signal_specs
+from skillstate.control.strategy import MESSAGE_STRATEGIES, MessageStrategy
 from skillstate.engine.policy import Policy
 from skillstate.errors import AgentImportError, UsageError
 from skillstate.limits import DEFAULT_LIMITS, Limits, problem
@@ -125,6 +127,18 @@ class Agent(Generic[S]):
     """Whether the policy may ask the user. Off for unattended runs (an evaluation,
     a batch job): the action is then not offered at all, so a model cannot stall
     the task on a question nobody will answer."""
+    can_wait: bool = False
+    """Whether ``wait_until`` is offered to a model (a scripted policy may always
+    return ``WaitUntil``). Off by default: a model offered a pause uses it."""
+    signals: Mapping[str, type[BaseModel] | Signal] = field(default_factory=dict)
+    """The signals a task may wait for (``WaitFor``), by name: each payload's pydantic
+    model, or a :class:`~skillstate.control.signals.Signal` with a default timeout and
+    the step a timeout goes to. ``wait_for`` is offered to a model for these."""
+    messages: MessageStrategy = "enqueue"
+    """What a message sent to a running task (``skillstate send``) does: ``enqueue``
+    (the next decision sees it), ``interrupt`` (the next decision sees it first, marked
+    urgent; it also ends a wait for a reply) or ``reject`` (``send`` refuses it). See
+    :mod:`skillstate.control.inbox`."""
     finish_with_pending: bool = False
     """Whether ``Finish`` may end a task while ``pending_steps`` remain. Off by
     default: a plan step that never ran is a task that is not done."""
@@ -213,6 +227,11 @@ class Agent(Generic[S]):
                     "Sensitive[...] (sealed, usable) or add it to the policy's exempt_names"
                 )
         problems += chain_problems(self.state_type)
+        problems += signal_problems(self.signals, self.machine.steps)
+        if self.messages not in MESSAGE_STRATEGIES:
+            problems.append(
+                f"messages must be one of {', '.join(MESSAGE_STRATEGIES)}, not {self.messages!r}"
+            )
         if problems:
             raise UsageError(f"agent {self.name!r} is invalid: " + "; ".join(problems))
 
@@ -272,7 +291,14 @@ class Agent(Generic[S]):
             can_ask=self.can_ask,
             value_chars=self.view_value_chars,
             bind=self.bind_params,
+            can_wait=self.can_wait,
+            signals={name: spec.schema for name, spec in self.signal_specs.items()},
         )
+
+    @property
+    def signal_specs(self) -> dict[str, Signal]:
+        """:attr:`signals` with every value a :class:`~skillstate.control.signals.Signal`."""
+        return signal_specs(self.signals)
 
 
 def _builder_module() -> str | None:

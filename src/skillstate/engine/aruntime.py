@@ -98,6 +98,42 @@ class AsyncRuntime(Generic[S]):
         """Answer a ``waiting_user`` task's question, as :meth:`Runtime.reply`."""
         return await self._thread(self.runtime.reply, task_id, text)
 
+    async def approve(
+        self,
+        task_id: str,
+        *,
+        edits: dict[str, Any] | None = None,
+        actor: str | None = None,
+        reason: str | None = None,
+    ) -> S:
+        """Approve a ``waiting_approval`` task's call, as :meth:`Runtime.approve`; the next
+        :meth:`run` runs it exactly once."""
+        return await self._thread(
+            self.runtime.approve, task_id, edits=edits, actor=actor, reason=reason
+        )
+
+    async def reject(self, task_id: str, *, reason: str, actor: str | None = None) -> S:
+        """Reject a ``waiting_approval`` task's call, as :meth:`Runtime.reject`."""
+        return await self._thread(self.runtime.reject, task_id, reason=reason, actor=actor)
+
+    async def signal(self, task_id: str, name: str, data: Any) -> int:
+        """Deliver signal ``name`` to a task's inbox, as :meth:`Runtime.signal`; a run of a
+        task waiting for it consumes it (``run`` returns ``stopped="waiting"`` until
+        then, and never sleeps through a wait)."""
+        return await self._thread(self.runtime.signal, task_id, name, data)
+
+    async def send(self, task_id: str, text: str, *, actor: str | None = None) -> int:
+        """Send a message to a running task, as :meth:`Runtime.send`."""
+        return await self._thread(self.runtime.send, task_id, text, actor=actor)
+
+    async def cancel(
+        self, task_id: str, *, reason: str = "", actor: str | None = None, compensate: bool = False
+    ) -> int:
+        """Ask a task to stop at its next step boundary, as :meth:`Runtime.cancel`."""
+        return await self._thread(
+            self.runtime.cancel, task_id, reason=reason, actor=actor, compensate=compensate
+        )
+
     async def step(self, task_id: str) -> StepReport[S]:
         """Take exactly one decision and commit it, as :meth:`Runtime.step`."""
         with using(self.runtime.tracer):

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from skillstate._json import dumps
+from skillstate.control.strategy import seen_by
 from skillstate.engine import trace
 from skillstate.engine.agent import Agent
 from skillstate.engine.draft import Draft
@@ -101,6 +102,9 @@ class Committer:
         """Write ``draft`` as the version after ``before`` (``None``: create the task)."""
         expected = before.version if before is not None else 0
         after = draft.after
+        if view is not None and action.get("kind") != "invalid":
+            # Messages sent to the task (control.inbox) are shown to one decision.
+            after = seen_by(after, view.state.messages)
         changes: dict[str, Any] = {"version": expected + 1}
         if draft.usage is not None:
             changes["usage"] = _add_usage(after.usage, draft.usage)

@@ -350,6 +350,10 @@ def card_problems(agent: Agent[Any], state: AgentState) -> list[str]:
         )
     if state.status is TaskStatus.WAITING_USER and not state.question:
         problems.append("status waiting_user but there is no question")
+    if (state.status is TaskStatus.WAITING_APPROVAL) != (state.pending_approval is not None):
+        problems.append("status waiting_approval goes with a pending approval, and only with one")
+    if (state.status is TaskStatus.WAITING) != (state.wait is not None):
+        problems.append("status waiting goes with a wait (a time or a signal), and only with one")
     if state.status.is_terminal and (state.pending_effect or state.compensations):
         problems.append(f"status {state.status.value} with unfinished effects")
     return problems

@@ -48,6 +48,7 @@ BOOKKEEPING = frozenset(
         "inputs_received",
         "question",
         "pending_effect",
+        "pending_approval",
         "compensations",
         "effect_generations",
         "tried",

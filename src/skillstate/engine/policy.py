@@ -122,7 +122,7 @@ SYSTEM_PROMPT = """\
 You decide the next action of one task of the {agent} agent. {description}
 Each turn, reply with exactly one JSON object and nothing else:
 - {{"kind": "call_skill", "skill": NAME, "params": {{...}}, "reason": WHY}} to run a skill,
-{ask}{revise}- {{"kind": "finish", "summary": TEXT, "reason": WHY}} when the goal is met.
+{ask}{wait}{revise}- {{"kind": "finish", "summary": TEXT, "reason": WHY}} when the goal is met.
 Only skills that apply now may be called. Add "next_step": STEP to move the task on.
 Skills:
 {skills}"""
@@ -131,6 +131,11 @@ Skills:
 REVISE_LINE = (
     '- {"kind": "revise", "goal": TEXT, "constraints": [TEXT], "drop_pending": [STEP], '
     '"reason": WHY} when the user\'s message changes the task,\n'
+)
+WAIT_LINE = '- {"kind": "wait_until", "seconds": N, "reason": WHY} to pause the task N seconds,\n'
+SIGNAL_LINE = (
+    '- {{"kind": "wait_for", "signal": NAME, "timeout": SECONDS or null, "reason": WHY}} '
+    "to pause until a signal arrives ({names}),\n"
 )
 ASK_LINE = (
     '- {"kind": "ask_user", "question": TEXT, "reason": WHY} when only the user can answer,\n'
@@ -168,11 +173,15 @@ class ModelPolicy:
         lines = [f"- {name}: {desc}" for name, desc in view.skill_catalog] or ["- (none)"]
         ask = ASK_LINE if view.can_ask else ""
         revise = REVISE_LINE if view.can_revise else ""
+        wait = WAIT_LINE if view.can_wait else ""
+        if view.signals:
+            wait += SIGNAL_LINE.format(names=", ".join(view.signals))
         return SYSTEM_PROMPT.format(
             agent=agent,
             description=view.agent_description,
             skills="\n".join(lines),
             ask=ask,
+            wait=wait,
             revise=revise,
         ).strip()
 
@@ -224,6 +233,8 @@ class ModelPolicy:
                     can_ask=view.can_ask,
                     can_revise=view.can_revise,
                     stepped=view.stepped,
+                    can_wait=view.can_wait,
+                    signals=tuple(view.signals),
                 )
             except ActionRejected as exc:
                 error = str(exc)

@@ -199,10 +199,11 @@ def attribute(
     return Attribution(last[0], last[1], reason)
 
 
-_NOT_BAD = frozenset({"budget", "worker_lost"})
+_NOT_BAD = frozenset({"budget", "worker_lost", "reject"})
 """Notes that log an error without the task having gone wrong: the budget stop is the
 run's end; ``worker_lost`` is a worker taking the task over after its previous worker
-was killed (the task resumes from its last commit). A ``dead_letter`` stays bad."""
+was killed (the task resumes from its last commit); ``reject`` is a person refusing a
+call that needed approval (the gate worked). A ``dead_letter`` stays bad."""
 
 
 def _diverged(

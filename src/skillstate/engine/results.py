@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Generic, Literal, TypeVar
 
 from skillstate.events import Event
@@ -13,7 +14,17 @@ __all__ = ["RunResult", "StepReport", "StopReason"]
 
 S = TypeVar("S", bound=AgentState)
 
-StopReason = Literal["completed", "failed", "waiting_user", "max_steps", "budget", "stalled"]
+StopReason = Literal[
+    "completed",
+    "failed",
+    "cancelled",
+    "waiting_user",
+    "waiting_approval",
+    "waiting",
+    "max_steps",
+    "budget",
+    "stalled",
+]
 
 
 @dataclass(frozen=True)
@@ -40,3 +51,11 @@ class RunResult(Generic[S]):
     unused_inputs: tuple[str, ...] = ()
     """The ``inputs`` of this call the task was not given: it finished, failed or
     stopped before asking for them."""
+
+    @property
+    def resume_at(self) -> datetime | None:
+        """When to drive a ``waiting`` task again: its wait's deadline (UTC). ``None``
+        when it does not wait, or waits for a signal without a timeout (the signal's
+        delivery drives it)."""
+        wait = self.state.wait if self.stopped == "waiting" else None
+        return wait.deadline if wait is not None else None

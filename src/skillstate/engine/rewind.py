@@ -154,7 +154,13 @@ def fork_task(
             crossed,
         )
     forked: AgentState = state.evolve(
-        task_id=new_id, version=1, compensations=(), effect_generations={}
+        task_id=new_id,
+        version=1,
+        compensations=(),
+        effect_generations={},
+        # The fork's inbox starts empty: the source's inbox numbers mean nothing there
+        # (a kept cursor would skip the fork's first signals). The payloads stay.
+        signals={name: r.model_copy(update={"seq": 0}) for name, r in state.signals.items()},
     )
     document = forked.to_json()
     action: dict[str, Any] = {"kind": "fork", "from_task": task_id, "from_version": at_version}

@@ -22,6 +22,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Generic, NamedTuple, TypeVar, cast
 
+from skillstate.control.approvals import Approvals
+from skillstate.control.inbox import Inbox
+from skillstate.control.inbox import cancel as cancel_task
+from skillstate.control.inbox import send as send_message
+from skillstate.control.waits import Waits, deliver
 from skillstate.engine.act import Acting
 from skillstate.engine.actions import Action, CallSkill
 from skillstate.engine.agent import Agent
@@ -132,6 +137,11 @@ class Runtime(Generic[S]):
         self._settling = Settling(
             agent, self._acting, self._committer, self.guard, check_lease=self._check_lease
         )
+        self._approvals = Approvals(
+            agent, self._acting, self._committer, self._settling, self._holding
+        )
+        self._waits = Waits(agent, store, self._committer.commit)
+        self._inbox = Inbox(agent, store, self._committer.commit)
 
     @property
     def observer(self) -> Callable[[StepReport[S]], None] | None:
@@ -270,7 +280,9 @@ class Runtime(Generic[S]):
     def step(self, task_id: str) -> StepReport[S]:
         """Take exactly one decision on a running task and commit it.
 
-        Unfinished work comes first: a queued compensation, or an effect in flight.
+        Unfinished work comes first: a queued compensation, an effect in flight, or a
+        message or cancel in the task's inbox (:mod:`skillstate.control.inbox`); that
+        commit is then the step.
         """
         with using(self.tracer):
             report: StepReport[S] = drive(self.one_step(task_id), self._step)
@@ -285,8 +297,54 @@ class Runtime(Generic[S]):
                 return self._settling.compensate(state)
             if state.pending_effect is not None:
                 return self._settling.settle_effect(state, resumed=True)
+            taken = self._inbox.boundary(state)  # a message or cancel comes before a decision
+            if taken is not None:
+                return taken
             report: StepReport[Any] = yield state
             return report
+
+    def signal(self, task_id: str, name: str, data: Any) -> int:
+        """Deliver signal ``name`` with payload ``data`` to a task; returns its inbox number.
+
+        The payload is validated against the schema the agent declares for ``name``
+        (a bad one, or an undeclared name, is one-line
+        :class:`~skillstate.errors.UsageError` and nothing is written), then posted to
+        the task's inbox: the card is not touched, so a worker holding the task is not
+        disturbed. The task's next run consumes it if it waits for it (``WaitFor``), or
+        the next ``WaitFor`` of that name does (see :mod:`skillstate.control.waits`).
+        """
+        return deliver(self.agent, self.store, self.load(task_id), name, data)
+
+    def send(self, task_id: str, text: str, *, actor: str | None = None) -> int:
+        """Send a message to a task while it runs; returns its inbox number.
+
+        Posted to the task's inbox (the card is not touched, so the worker holding it
+        is not disturbed); the next run takes it at a step boundary and handles it as
+        ``Agent(messages=...)`` says (see :mod:`skillstate.control.inbox`). Refused with
+        :class:`~skillstate.errors.MessageRefused` (nothing posted) when the task has
+        ended or the agent rejects messages. ``actor`` defaults to ``$SKILLSTATE_ACTOR``,
+        else the OS user.
+        """
+        return send_message(self.store, self.agent, task_id, text, actor=actor or "")
+
+    def cancel(
+        self,
+        task_id: str,
+        *,
+        reason: str = "",
+        actor: str | None = None,
+        compensate: bool = False,
+    ) -> int:
+        """Ask a task to stop at its next step boundary; returns the cancel's inbox number.
+
+        The next run (here, or the worker holding the task) takes it and commits
+        ``cancelled``; with ``compensate`` it first undoes every effect the task ran,
+        newest first (:mod:`skillstate.control.inbox`). A task that has ended is
+        refused (:class:`~skillstate.errors.MessageRefused`).
+        """
+        return cancel_task(
+            self.store, self.agent, task_id, reason=reason, actor=actor or "", compensate=compensate
+        )
 
     def reply(self, task_id: str, text: str, *, into: str | None = None) -> S:
         """Answer the open question of a ``waiting_user`` task; it becomes ``running``.
@@ -337,6 +395,28 @@ class Runtime(Generic[S]):
             replied = self._committer.commit(state, Draft(after=after), action, "user")[0]
             return cast(S, replied)
 
+    def approve(
+        self,
+        task_id: str,
+        *,
+        edits: dict[str, Any] | None = None,
+        actor: str | None = None,
+        reason: str | None = None,
+    ) -> S:
+        """Approve the call a ``waiting_approval`` task waits on, with ``edits`` of its
+        params (validated; a bad one writes nothing): one commit by ``actor`` (default
+        ``$SKILLSTATE_ACTOR``, else the OS user) makes it the effect in flight, which
+        the next :meth:`run` runs exactly once (:mod:`skillstate.control.approvals`).
+        :class:`~skillstate.errors.ApprovalNotPending` when someone decided first."""
+        approved = self._approvals.approve(task_id, edits=edits, actor=actor, reason=reason)
+        return cast(S, approved)
+
+    def reject(self, task_id: str, *, reason: str, actor: str | None = None) -> S:
+        """Reject the call a ``waiting_approval`` task waits on; it runs on, its next
+        decision's view showing ``reason``. :class:`~skillstate.errors.ApprovalNotPending`
+        when someone decided first."""
+        return cast(S, self._approvals.reject(task_id, reason=reason, actor=actor))
+
     def recheck(self, task_id: str) -> list[StepRecord]:
         """Recompute the fingerprints of a task's completed steps; mark changed ones stale.
 
@@ -347,7 +427,12 @@ class Runtime(Generic[S]):
         """
         with self._holding(task_id):
             state = self.load(task_id)
-            if state.status.is_terminal or state.pending_effect or state.compensations:
+            if (
+                state.status.is_terminal
+                or state.pending_effect
+                or state.compensations
+                or state.pending_approval  # the person approves the card they were shown
+            ):
                 return []
             found = stale_steps(state)
             if found is None:
@@ -447,24 +532,27 @@ class Runtime(Generic[S]):
         queue, first = replies
         steps = invalid = 0
         while True:
-            if holder is not None:
-                holder.renew()
-            state = self.load(task_id)
+            state = self._reload(task_id, holder)
             if state.compensations:
                 self._settling.compensate(state)
                 continue
             if state.pending_effect is not None:
-                # A crash (or a kill) came between recording an effect and its outcome.
-                report = self._settling.settle_effect(state, resumed=True)
+                # A crash (or a kill) came between recording an effect and its outcome,
+                # or a person approved the call (it runs now, from its intent).
+                resumed = not self._approvals.approved_last(state)
+                report = self._settling.settle_effect(state, resumed=resumed)
                 if report.stalled:
                     return RunResult(report.after, "stalled", steps)
+                continue
+            if self._inbox.boundary(state) is not None:  # messages and cancels: control.inbox
                 continue
             stopped = _stopped(state)
             if stopped is not None:
                 return RunResult(state, stopped, steps)
-            if state.status is TaskStatus.WAITING_USER:
-                if not self._answer(state, queue, first):
-                    return RunResult(state, "waiting_user", steps)
+            parked = _PARKED.get(state.status)
+            if parked is not None:
+                if not self._moved_on(state, queue, first):
+                    return RunResult(state, parked, steps)
                 continue
             if steps >= budget or (stop is not None and stop()):
                 return RunResult(state, "max_steps", steps)
@@ -479,6 +567,20 @@ class Runtime(Generic[S]):
             if self.max_invalid is not None and invalid >= self.max_invalid:
                 reason = f"{invalid} invalid decisions in a row (max_invalid {self.max_invalid})"
                 return RunResult(self._stop_for_budget(report.after, reason), "budget", steps)
+
+    def _reload(self, task_id: str, holder: Holder | None) -> AgentState:
+        """The head, read after renewing the lease (a long run keeps it alive)."""
+        if holder is not None:
+            holder.renew()
+        return self.load(task_id)
+
+    def _moved_on(self, state: AgentState, queue: list[str], first: int) -> bool:
+        """Whether a parked task was moved on (one commit): a reply at hand for one
+        waiting for the user; its signal, or its deadline, for one waiting on the world
+        (:mod:`skillstate.control.waits`)."""
+        if state.status is TaskStatus.WAITING_USER:
+            return self._answer(state, queue, first)
+        return self._waits.settle(state)
 
     def _answer(self, state: AgentState, queue: list[str], first: int) -> bool:
         """Reply to a waiting task if a reply is at hand: the run's own ``inputs`` (reply
@@ -533,7 +635,7 @@ class Runtime(Generic[S]):
     def begin(self, state: AgentState) -> Begun:
         """The start of a step of ``state``: its view, id and start time (no I/O)."""
         task_id = state.task_id
-        if state.status.is_terminal or state.status is TaskStatus.WAITING_USER:
+        if state.status.is_terminal or state.status in _WAITING:
             raise UsageError(f"task {task_id!r} cannot step (status: {state.status.value})")
         return Begun(self._view(state), f"{state.version + 1:04d}", utcnow())
 
@@ -559,6 +661,11 @@ class Runtime(Generic[S]):
                     return self._stale_before_run(
                         state, action, found=found, usage=usage, view=view, started=started
                     )
+            approval = self._approvals.gate(state, action, step_id)
+            if approval is not None:  # a person approves it first: nothing runs now
+                return self._approvals.request(
+                    state, action, approval, view=view, started=started, usage=usage
+                )
             intent = self._settling.intent_for(state, action, step_id)
             if intent is not None:
                 return self._settling.record_intent(
@@ -666,9 +773,24 @@ def drive(steps: Steps[R], step: Callable[[AgentState], StepReport[Any]]) -> R:
         return result
 
 
+_WAITING = frozenset({TaskStatus.WAITING_USER, TaskStatus.WAITING_APPROVAL, TaskStatus.WAITING})
+"""Statuses a decision is not taken in: someone else moves the task on."""
+
+
+_PARKED: dict[TaskStatus, StopReason] = {
+    TaskStatus.WAITING_USER: "waiting_user",
+    TaskStatus.WAITING: "waiting",
+}
+"""Statuses a run stops in unless something at hand moves the task on (see _moved_on)."""
+
+
 def _stopped(state: AgentState) -> StopReason | None:
     if state.status is TaskStatus.COMPLETED:
         return "completed"
     if state.status is TaskStatus.FAILED:
         return "failed"
+    if state.status is TaskStatus.WAITING_APPROVAL:  # a person decides, not a run
+        return "waiting_approval"
+    if state.status is TaskStatus.CANCELLED:
+        return "cancelled"
     return None

@@ -100,6 +100,14 @@ class Settling:
         skill = self.agent.skills.get(action.skill)
         if skill is None or not skill.effects:
             return None
+        return self.build_intent(state, action, step_id)
+
+    def build_intent(self, state: AgentState, action: CallSkill, step_id: str) -> Intent | None:
+        """The intent of ``action`` for any skill (an approval keeps one for a skill without
+        effects too), or None when the call would be rejected."""
+        skill = self.agent.skills.get(action.skill)
+        if skill is None:
+            return None
         try:
             _, params, target = self._acting.validate_call(state, action)
         except (ActionRejected, IllegalTransition):
@@ -191,6 +199,10 @@ class Settling:
             "params": intent.params,
             "outcome": outcome,
         }
+        if skill is not None and not skill.effects:
+            # An approved call of a skill without effects: run once from its intent, but
+            # not an effect, so it stays out of the ledger that rollback and fork read.
+            settled = {"kind": "call", "skill": intent.skill, "params": intent.params}
         if draft.found_by_probe:
             settled["found_by_probe"] = True
         stalled = self.account(state, draft, signature(action))

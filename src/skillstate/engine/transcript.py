@@ -64,6 +64,9 @@ def _fold(store: Store, messages: list[Message], event: Event) -> list[Message]:
     kind = event.action.get("kind")
     if kind == "reply":
         added.append(Message("user", str(event.action.get("text", ""))))
+    elif kind == "inbox":  # messages sent while the task ran (control.inbox)
+        for sent in event.action.get("messages") or ():
+            added.append(Message("user", str(sent.get("text", ""))))
     elif event.actor == "policy" and kind not in {None, "invalid"}:
         added.append(Message("assistant", json.dumps(event.action)))
     for call in event.tool_calls:

@@ -182,6 +182,10 @@ def failure_of(stopped: str, state: Any, max_invalid: int | None) -> str | None:
         return f"stopped: {max_invalid} invalid decisions in a row"
     if stopped == "waiting_user":
         return "asked the user (no user in the evaluation)"
+    if stopped == "waiting_approval":
+        return "waits for an approval (no person in the evaluation)"
+    if stopped == "waiting":
+        return "waits for a time or a signal (the evaluation delivers none)"
     if stopped == "stalled":
         return str(state.errors[-1].message)  # the stall guard's reason
     if stopped == "failed":

@@ -26,6 +26,7 @@ from skillstate.skills.context import SkillContext, ToolError
 from skillstate.state.model import PROTECTED_FIELDS, AgentState, Evidence
 
 __all__ = [
+    "ApprovalFn",
     "NoParams",
     "Outcome",
     "ProbeFn",
@@ -92,6 +93,8 @@ before the step and the params (:class:`VerifyContext`)."""
 WhenFn = Callable[[S], bool]
 RollbackFn = Callable[[S, "Outcome | None", SkillContext], "Awaitable[None] | None"]
 ProbeFn = Callable[[S, P, SkillContext], "Outcome | Awaitable[Outcome | None] | None"]
+ApprovalFn = Callable[[S, P], bool]
+"""``approval(state, params)``: does this call need a person's approval before it runs?"""
 
 
 def _always(state: Any) -> bool:
@@ -117,6 +120,7 @@ class SkillOptions(TypedDict, total=False):
     effects: bool
     probe: ProbeFn[Any, Any] | None
     recheck: bool
+    approval: bool | ApprovalFn[Any, Any]
 
 
 class Skill(Generic[S, P]):
@@ -146,6 +150,7 @@ class Skill(Generic[S, P]):
         effects: bool = False,
         probe: ProbeFn[S, P] | None = None,
         recheck: bool = False,
+        approval: bool | ApprovalFn[S, P] = False,
     ) -> None:
         self.name = name or run.__name__
         self.description = description or _first_line(run.__doc__) or self.name
@@ -156,6 +161,11 @@ class Skill(Generic[S, P]):
             raise UsageError(
                 f"skill {self.name!r} declares runtime-owned outputs: {', '.join(bad)} "
                 "(only the runtime writes those)"
+            )
+        if not isinstance(approval, bool) and not callable(approval):
+            raise UsageError(
+                f"skill {self.name!r}: approval must be True, False or a function "
+                f"(state, params) -> bool, not {type(approval).__name__}"
             )
         if max_retries is not None and max_retries < 0:
             raise UsageError(f"skill {self.name!r}: max_retries must be >= 0")
@@ -179,6 +189,9 @@ class Skill(Generic[S, P]):
         """The skill depends on the outside world: right before it runs, the runtime
         re-checks the fingerprints of the completed steps (not only on resume), and a
         changed world puts the stale steps back on the plan instead of running it."""
+        self.approval = approval
+        """A person approves a call before it runs: ``True`` (always) or a predicate on
+        the state and the validated params (:mod:`skillstate.control.approvals`)."""
 
     # Decorator-style setters, like ``property.setter``:
     #   @record_priority.verifier
@@ -213,6 +226,17 @@ class Skill(Generic[S, P]):
             return None
         found: Outcome | None = resolve(self._probe(state, params, ctx))
         return found
+
+    def needs_approval(self, state: S, params: P) -> bool:
+        """Whether calling this skill with ``params`` in ``state`` waits for a person.
+
+        A predicate that raises counts as "yes": when in doubt, a person looks."""
+        if isinstance(self.approval, bool):
+            return self.approval
+        try:
+            return bool(self.approval(state, params))
+        except Exception:
+            return True
 
     @property
     def has_verify(self) -> bool:

@@ -337,7 +337,26 @@ def _base_3_to_4(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-BASE_MIGRATIONS: dict[int, MigrationFn] = {1: _base_1_to_2, 2: _base_2_to_3, 3: _base_3_to_4}
+def _base_4_to_5(doc: dict[str, Any]) -> dict[str, Any]:
+    """Long-running control (issue 25): durable waits and signals, a pending approval
+    (none on an older card).
+
+    One card version for the whole issue: each feature adds its fields' defaults here."""
+    doc.setdefault("wait", None)
+    doc.setdefault("signals", {})
+    doc.setdefault("pending_approval", None)  # approvals
+    doc.setdefault("messages", [])  # messages and cancel
+    doc.setdefault("inbox_seen", 0)
+    doc.setdefault("cancelling", None)
+    return doc
+
+
+BASE_MIGRATIONS: dict[int, MigrationFn] = {
+    1: _base_1_to_2,
+    2: _base_2_to_3,
+    3: _base_3_to_4,
+    4: _base_4_to_5,
+}
 """Migrations of the base card, by the ``card_version`` they start from."""
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from enum import Enum
 from typing import Any, ClassVar, Literal
 
@@ -33,6 +34,7 @@ from skillstate.state.secrets import MASK, mask, seal, sensitive_fields, unseal
 __all__ = [
     "PROTECTED_FIELDS",
     "AgentState",
+    "Cancelling",
     "Compensation",
     "Decision",
     "Driver",
@@ -42,10 +44,13 @@ __all__ = [
     "FailedAttempt",
     "Fingerprint",
     "Intent",
+    "Received",
     "StepRecord",
     "TaskStatus",
     "UsageTotals",
     "UserInput",
+    "UserMessage",
+    "Wait",
 ]
 
 
@@ -55,12 +60,20 @@ class TaskStatus(str, Enum):
     CREATED = "created"
     RUNNING = "running"
     WAITING_USER = "waiting_user"
+    WAITING_APPROVAL = "waiting_approval"
+    """A call the policy chose needs a person's approval first (the card's
+    ``pending_approval``); ``approve`` or ``reject`` sets it running again."""
+    WAITING = "waiting"
+    """Waiting for a time or a signal (the card's ``wait`` says which)."""
     COMPLETED = "completed"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+    """Stopped between two steps by a person (``skillstate cancel``); the reason and who
+    asked are in the event that cancelled it. Terminal, like ``completed`` and ``failed``."""
 
     @property
     def is_terminal(self) -> bool:
-        return self in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+        return self in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
 
 
 class _Record(BaseModel):
@@ -192,6 +205,8 @@ ErrorKind = Literal[
     "compensation_failed",
     "worker_lost",
     "dead_letter",
+    "approval_rejected",
+    "wait_timeout",
 ]
 """What went wrong, as a typed tag: a policy (or mypy) can tell the kinds apart."""
 
@@ -205,7 +220,8 @@ class ErrorEntry(_Record):
     decision (``action_rejected``, ``illegal_transition``, ``decision_failed``), or the
     runtime's note (``stalled``, ``stale_step``, ``budget``, ``compensation_failed``), or a
     worker's (``worker_lost``: the worker before it died holding the task; ``dead_letter``:
-    it died too often, the task failed)."""
+    it died too often, the task failed; ``approval_rejected``: a person refused a call
+    that needed approval, with their reason; ``wait_timeout``: a signal did not come in time)."""
     message: str
     step_id: str | None = None
     skill: str | None = None
@@ -240,6 +256,66 @@ class Driver(_Record):
     base_url: str | None = None
 
 
+class Wait(_Record):
+    """What a ``waiting`` task waits for (:mod:`skillstate.control.waits`).
+
+    The deadline is data the decision chose (an absolute time, so a resume in another
+    process agrees on it); when the wait began is in the event that committed it.
+    """
+
+    kind: Literal["until", "signal"]
+    """``until``: a time (``WaitUntil``); ``signal``: a named signal (``WaitFor``)."""
+    signal: str | None = None
+    """The signal waited for (a name the agent declares in ``Agent(signals=...)``)."""
+    deadline: datetime | None = None
+    """When the wait ends (UTC): the wake-up time of ``until``, the timeout of ``signal``
+    (``None``: a signal waited for without a timeout)."""
+    timeout: float | None = None
+    """The signal's timeout in seconds, as decided (for the timeout's message)."""
+    reason: str = ""
+    on_timeout: str | None = None
+    """The machine step a timed-out signal wait goes to; ``None``: the task fails."""
+
+
+class Received(_Record):
+    """The latest signal of one name that a wait consumed (the card's ``signals``)."""
+
+    seq: int
+    """Its number in the task's inbox: a later wait consumes only a later one."""
+    data: dict[str, Any] | None = None
+    """Its payload as JSON, validated against the schema the agent declares
+    (``View.signal(name)`` gives it typed); ``None`` if none was usable yet."""
+
+
+class UserMessage(_Record):
+    """A message sent to the task while it ran (``skillstate send``), taken from its inbox.
+
+    It stays in the card until a decision has seen it (:mod:`skillstate.control.inbox`).
+    """
+
+    seq: int
+    """Its number in the task's inbox (:meth:`~skillstate.store.base.Store.post`)."""
+    text: str
+    actor: str = ""
+    """Who sent it (``$SKILLSTATE_ACTOR`` or the OS user of ``skillstate send``)."""
+    at: datetime
+    """When it was sent (UTC)."""
+    urgent: bool = False
+    """Sent to an agent with ``messages="interrupt"``: the next decision sees it first."""
+    interrupted: str | None = None
+    """The open question it interrupted (the task was waiting for a reply), if any."""
+
+
+class Cancelling(_Record):
+    """A cancel in progress: its effects are being undone before the task is cancelled."""
+
+    seq: int
+    """The cancel's number in the task's inbox."""
+    reason: str = ""
+    actor: str = ""
+    compensate: bool = False
+
+
 class Decision(_Record):
     """The last action the policy took, and why."""
 
@@ -249,11 +325,13 @@ class Decision(_Record):
     reason: str = ""
 
 
-CARD_VERSION = 4
+CARD_VERSION = 5
 """The base card's own format. 2 added ``steps_taken``, ``tried``, ``no_progress``,
 ``compensations``, ``effect_generations``, ``StepRecord.undo`` and
 ``ErrorEntry.permanent``; 3 turned the one-slot ``inbox`` into ``inputs`` (a queue of
-numbered replies) and ``inputs_received``; 4 added ``replies_ahead``."""
+numbered replies) and ``inputs_received``; 4 added ``replies_ahead``; 5 (long-running
+control, issue 25) added ``wait``, ``signals``, ``pending_approval``, ``messages``,
+``inbox_seen`` and ``cancelling``."""
 
 #: Fields only the runtime writes. A skill that declares one of these in
 #: ``outputs`` is refused at definition time.
@@ -273,6 +351,12 @@ PROTECTED_FIELDS = frozenset(
         "inputs",
         "inputs_received",
         "replies_ahead",
+        "pending_approval",
+        "wait",
+        "signals",
+        "messages",
+        "inbox_seen",
+        "cancelling",
         "pending_effect",
         "compensations",
         "effect_generations",
@@ -348,6 +432,23 @@ class AgentState(BaseModel):
     the task waits for the user, the runtime answers with the first one, as
     ``run(inputs=...)`` does. Kept in the card (never shown to a model) so that any
     worker can hand them out: a queue message carries no state."""
+    wait: Wait | None = None
+    """What the task waits for while ``status == waiting`` (a time or a signal)."""
+    signals: dict[str, Received] = Field(default_factory=dict)
+    """The latest signal of each name a wait consumed: its inbox number and its payload
+    (validated against the schema the agent declares, ``Agent(signals=...)``)."""
+    pending_approval: Intent | None = None
+    """A call that waits for a person's approval while ``status == waiting_approval``
+    (:mod:`skillstate.control.approvals`): what an approval turns into ``pending_effect``."""
+    messages: tuple[UserMessage, ...] = ()
+    """Messages sent while the task ran that no decision has seen yet, oldest first: the
+    next decision's view shows them (urgent ones first) and its commit takes them off
+    the card; the event that took each from the inbox keeps it."""
+    inbox_seen: int = 0
+    """The number of the last inbox message the runtime took (its store inbox is
+    append-only): the commit that takes messages moves it, so each is taken once."""
+    cancelling: Cancelling | None = None
+    """A cancel waiting for its compensations to finish (``cancel --compensate``)."""
     pending_effect: Intent | None = None
     """An effect recorded but not yet confirmed (see :class:`Intent`)."""
     compensations: tuple[Compensation, ...] = ()

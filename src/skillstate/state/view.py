@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from skillstate.errors import UsageError
 from skillstate.llm.tokens import count_tokens, tokenizer_name
 from skillstate.skills.binding import BoundParams, FromState, OneOf, bindings, decided
-from skillstate.state.model import AgentState, FailedAttempt, StepRecord
+from skillstate.state.model import AgentState, FailedAttempt, StepRecord, UserMessage
 from skillstate.state.secrets import MASK, sensitive_fields
 
 if TYPE_CHECKING:
@@ -69,6 +70,11 @@ class View(Generic[S_co]):
     stepped: frozenset[str] = frozenset()
     """Skills in :attr:`skills` whose own declared step is bound: a decision that calls
     one gives no ``next_step`` (see :mod:`skillstate.skills.binding`)."""
+    can_wait: bool = False
+    """Whether ``wait_until`` is offered to a model (``Agent(can_wait=True)``)."""
+    signals: Mapping[str, type[BaseModel]] = field(default_factory=dict)
+    """The signals the agent declares, by name, with their payload schemas: ``wait_for``
+    is offered for these, and :meth:`signal` reads a received one typed."""
     transcript: Callable[[], list[Message]] | None = field(default=None, compare=False)
     """The task's conversation so far, as a history-driven agent would hold it (every
     user message, decision and full tool output). Set by the runtime; rebuilt from
@@ -132,9 +138,26 @@ class View(Generic[S_co]):
         return self.lookup(step_id) if self.lookup is not None else None
 
     @property
+    def messages(self) -> tuple[UserMessage, ...]:
+        """Messages sent to the task while it ran (``skillstate send``) that no decision
+        has seen yet: urgent ones (``Agent(messages="interrupt")``) first, then oldest
+        first. This decision is the one that sees them (:mod:`skillstate.control.inbox`)."""
+        return tuple(sorted(self.state.messages, key=lambda m: not m.urgent))
+
+    @property
     def inbox(self) -> str | None:
         """The latest reply not yet used (``state.inputs`` has every one, numbered)."""
         return self.state.inbox
+
+    def signal(self, name: str) -> BaseModel | None:
+        """The payload of the latest ``name`` signal a wait received, as its declared
+        schema's model (``None``: none received yet). ``state.signals`` has the JSON."""
+        schema = self.signals.get(name)
+        if schema is None:
+            raise UsageError(f"signal {name!r} is not declared (Agent(signals=...))")
+        received = self.state.signals.get(name)
+        data = received.data if received is not None else None
+        return None if data is None else schema.model_validate(data)
 
     @property
     def last_failure(self) -> FailedAttempt | None:
@@ -145,8 +168,9 @@ class View(Generic[S_co]):
 
     @property
     def can_revise(self) -> bool:
-        """Whether ``revise`` is offered: a user's reply is waiting to be used."""
-        return bool(self.state.inputs)
+        """Whether ``revise`` is offered: a user's reply (or a message sent while the task
+        ran) is waiting to be used."""
+        return bool(self.state.inputs or self.state.messages)
 
     @property
     def action_schema(self) -> dict[str, Any]:
@@ -159,6 +183,8 @@ class View(Generic[S_co]):
             can_ask=self.can_ask,
             can_revise=self.can_revise,
             stepped=self.stepped,
+            can_wait=self.can_wait,
+            signals=tuple(self.signals),
         )
 
 
@@ -173,6 +199,8 @@ def render_view(
     can_ask: bool = True,
     value_chars: int = VALUE_CHARS,
     bind: bool = True,
+    can_wait: bool = False,
+    signals: Mapping[str, type[BaseModel]] | None = None,
 ) -> View[S]:
     """The :class:`View` of ``state``; its text is rendered (trimmed to ``budget``
     tokens if given) when first read. With ``bind``, params bound from the state
@@ -209,6 +237,8 @@ def render_view(
         params={name: d.model for name, d in decisions.items()},
         stepped=frozenset(s.name for s in applicable if bind and s.step is not None),
         can_ask=can_ask,
+        can_wait=can_wait,
+        signals=dict(signals or {}),
         budget=budget,
         render=render,
         catalog=catalog,
@@ -299,6 +329,8 @@ def _render(
         lines.append("Constraints (hard rules, always apply):")
         lines += [f"- {c}" for c in state.constraints]
     lines.append(f"Status: {state.status.value} | step: {state.current_step}")
+    # An interrupting message comes before everything else the decision reads.
+    lines += [_message_line(m) for m in state.messages if m.urgent]
     if next_steps:
         lines.append(f"Allowed next steps: {', '.join(next_steps)}")
     done = ", ".join(s.id for s in steps)
@@ -319,6 +351,7 @@ def _render(
     if evidence:
         lines.append("Evidence:")
         lines += [_evidence_line(e) for e in evidence]
+    lines += _signal_lines(state, value_chars)
     if tried:
         lines.append("Already tried without progress: " + "; ".join(_tried(t) for t in tried))
     if applicable:
@@ -328,7 +361,17 @@ def _render(
         lines.append(f"Open question: {state.question}")
     for reply in state.inputs:
         lines.append(f"User input #{reply.index + 1}: {reply.text}")
+    lines += [_message_line(m) for m in state.messages if not m.urgent]
     return "\n".join(lines)
+
+
+def _message_line(message: UserMessage) -> str:
+    """A message sent while the task ran (control.inbox), as the view shows it once."""
+    who = f" from {message.actor}" if message.actor else ""
+    if not message.urgent:
+        return f"Message{who} (sent while the task ran): {message.text}"
+    asked = f" (it interrupts your question: {message.interrupted})" if message.interrupted else ""
+    return f"URGENT message{who}, read this first{asked}: {message.text}"
 
 
 def _fields(
@@ -353,6 +396,15 @@ def _fields(
             continue
         out.append((key, _short(value, limit)))
     return out
+
+
+def _signal_lines(state: AgentState, limit: int) -> list[str]:
+    """The payload of the latest signal of each name a wait received."""
+    return [
+        f"Signal received: {name} {_short(received.data, limit)}"
+        for name, received in state.signals.items()
+        if received.data is not None
+    ]
 
 
 def _tried(t: Any) -> str:

@@ -33,7 +33,15 @@ from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 from skillstate._aio import current_loop, on_thread_of
 from skillstate.errors import UsageError
 from skillstate.events import Event
-from skillstate.store.base import Checkpoint, CheckpointInfo, HeadInfo, Lease, PruneResult, Store
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    HeadInfo,
+    InboxMessage,
+    Lease,
+    PruneResult,
+    Store,
+)
 
 __all__ = ["AsyncStore", "BlockingStore", "ThreadedStore", "is_async_store", "open_async_store"]
 
@@ -127,6 +135,14 @@ class AsyncStore(Protocol):
         """:meth:`Store.replace_artifact`."""
         ...
 
+    async def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        """:meth:`Store.post`: append to the task's inbox, returning the message's number."""
+        ...
+
+    async def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        """:meth:`Store.inbox`."""
+        ...
+
     async def close(self) -> None:
         """Release connections. Safe to call twice."""
         ...
@@ -211,6 +227,12 @@ class ThreadedStore:
 
     async def replace_artifact(self, ref: str, data: bytes) -> None:
         await asyncio.to_thread(self.store.replace_artifact, ref, data)
+
+    async def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        return await asyncio.to_thread(self.store.post, task_id, kind, body)
+
+    async def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        return await asyncio.to_thread(self.store.inbox, task_id, after=after)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.store.close)
@@ -310,6 +332,12 @@ class BlockingStore:
 
     def replace_artifact(self, ref: str, data: bytes) -> None:
         self._wait(self.store.replace_artifact(ref, data))
+
+    def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        return self._wait(self.store.post(task_id, kind, body))
+
+    def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        return self._wait(self.store.inbox(task_id, after=after))
 
     def close(self) -> None:
         self._wait(self.store.close())

@@ -26,6 +26,12 @@ The hard rules every backend keeps:
 * :meth:`Store.rewrite` changes stored bodies in place (re-sealing after a key
   rotation): atomically per task, checksums recomputed, never the versions, the
   layout or the event order (:mod:`skillstate.store.rewriting`).
+* :meth:`Store.post` appends a message to a task's *inbox* and :meth:`Store.inbox`
+  reads it back: an append-only list per task, apart from the card, numbered
+  1, 2, 3... with no gap and no repeat however many writers post at once. It is
+  how the world reaches a task a worker holds (whose card only the holder may
+  commit): the runtime reads what it has not seen at a step boundary and records
+  how far it read in its own commit (:mod:`skillstate.control.inbox`).
 * A task id is a non-empty string without NUL that encodes as UTF-8
   (:func:`check_task_id`); every method refuses any other before touching the
   backend.
@@ -46,6 +52,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointInfo",
     "HeadInfo",
+    "InboxMessage",
     "Lease",
     "PruneResult",
     "Store",
@@ -79,6 +86,20 @@ class CheckpointInfo:
     """True when the version is stored whole; False when it is a delta on the previous one."""
     size: int
     """Bytes of the stored body (the snapshot, or the patch)."""
+
+
+@dataclass(frozen=True)
+class InboxMessage:
+    """One message in a task's inbox (:meth:`Store.post`, :meth:`Store.inbox`)."""
+
+    seq: int
+    """Its place in the task's inbox: 1 for the first message, then 2, 3... with no gap."""
+    kind: str
+    """What it is (``"message"``, ``"cancel"``, ``"signal"``...): a short lower-case name."""
+    body: dict[str, Any]
+    """Its content, as plain JSON (at most :data:`skillstate.store.inbox.MAX_BODY_BYTES`)."""
+    at: datetime
+    """When it was posted (UTC)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +145,10 @@ class HeadInfo:
     lease: Lease | None = None
     """The task's lease while a worker holds it, live or expired; ``None`` when none
     does (never claimed, or released)."""
+    wait_until: datetime | None = None
+    """The deadline of the card's ``wait`` (UTC) while the task waits for a time or a
+    signal with a timeout (:mod:`skillstate.control.waits`); ``None`` otherwise, or when
+    the stored value does not read as a time."""
     problem: str | None = None
     """Why the head record does not read (not JSON, not an object, no version...): one
     line. ``None`` when it reads."""
@@ -320,6 +345,33 @@ class Store(Protocol):
         is the hash of its first sealing. (A later :meth:`put_artifact` of the first
         bytes keeps the replaced ones: refs are written once.) Raises
         :class:`~skillstate.errors.ArtifactNotFound` when nothing is stored under ``ref``.
+        """
+        ...
+
+    def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        """Append a message to the task's inbox; returns its sequence number.
+
+        The first message of a task is 1, each later one the next number: two writers
+        posting at once (threads, processes, hosts) get different numbers and both
+        messages are kept. The append is atomic and durable when it returns: after a
+        crash the message is there whole or not at all. The card is not touched, so a
+        post never conflicts with the worker holding the task.
+
+        ``kind`` is a short lower-case name (:data:`skillstate.store.inbox.KIND`);
+        ``body`` a JSON object of at most
+        :data:`~skillstate.store.inbox.MAX_BODY_BYTES` bytes as compact UTF-8 JSON.
+        Anything else is :class:`~skillstate.errors.MessageRefused` and nothing is
+        written; a task that was never committed is
+        :class:`~skillstate.errors.TaskNotFound`.
+        """
+        ...
+
+    def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        """The task's messages numbered above ``after``, oldest first.
+
+        ``TaskNotFound`` for a task that was never committed; a stored message that
+        does not read is ``StateCorrupted`` naming it. Messages are kept for the
+        task's life (:meth:`prune` keeps them, as it keeps events).
         """
         ...
 

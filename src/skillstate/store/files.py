@@ -14,6 +14,8 @@ Layout::
     DIR/<task>/events.jsonl           one event per line, without its patch
     DIR/<task>/lease.json             the lease: its worker (``null`` once released),
                                       expiry and generation (the fencing token)
+    DIR/<task>/inbox.jsonl            messages posted to the task, one per line
+                                      (:mod:`skillstate.store.files_inbox`)
     DIR/<task>/.lock                  what writers ``flock`` (never holds data)
     DIR/artifacts/sha256-<hex>        content-addressed artifacts
 
@@ -102,11 +104,12 @@ from skillstate.errors import (
     UsageError,
 )
 from skillstate.events import Event, utcnow
-from skillstate.store import fileio, files_rewrite
+from skillstate.store import fileio, files_inbox, files_rewrite
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
     HeadInfo,
+    InboxMessage,
     Lease,
     PruneResult,
     artifact_ref,
@@ -503,6 +506,13 @@ class FilesStore:
 
     def replace_artifact(self, ref: str, data: bytes) -> None:
         files_rewrite.replace_artifact(self, ref, data)
+
+    def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        """An fsynced append to ``inbox.jsonl`` under the task's lock (:mod:`.files_inbox`)."""
+        return files_inbox.post(self, task_id, kind, body)
+
+    def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        return files_inbox.inbox(self, task_id, after)
 
     def close(self) -> None:
         """Nothing to release: no file stays open between operations."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from skillstate._json import get_path
@@ -27,6 +27,7 @@ SUMMARY_PATHS = (
     "steps_taken",
     "usage.prompt",
     "usage.completion",
+    "wait.deadline",
 )
 """The card values :meth:`Store.heads` reports (dotted paths), in the order backends
 extract them."""
@@ -87,6 +88,7 @@ def head_info(
     lease_problem = lease_problem or unreadable
     status, step, agent = (summary_field(v) for v in values[:3])
     steps, prompt, completion = (_count(v) for v in values[3:6])
+    wait_until = _moment(values[6]) if len(values) > 6 else None
     return HeadInfo(
         task_id=task_id,
         version=number,
@@ -97,6 +99,7 @@ def head_info(
         steps=steps,
         tokens=None if prompt is None and completion is None else (prompt or 0) + (completion or 0),
         lease=held,
+        wait_until=wait_until,
         problem=_one_line(problem),
         lease_problem=_one_line(lease_problem),
     )
@@ -105,6 +108,17 @@ def head_info(
 def _count(value: Any) -> int | None:
     """A stored count: an integer (not a bool), else ``None``."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _moment(value: Any) -> datetime | None:
+    """A stored ISO 8601 time as an aware UTC datetime, else ``None``."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.astimezone(timezone.utc) if moment.utcoffset() is not None else None
 
 
 def _lease(task_id: str, record: tuple[Any, Any, Any] | None) -> tuple[Lease | None, str | None]:

@@ -32,6 +32,7 @@ from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
     HeadInfo,
+    InboxMessage,
     Lease,
     PruneResult,
     artifact_ref,
@@ -56,6 +57,7 @@ from skillstate.store.chain import (
     take_snapshot,
 )
 from skillstate.store.heads import head_info
+from skillstate.store.inbox import encode_message, read_message
 from skillstate.store.rewriting import Body, plan_rewrite
 
 __all__ = ["MemoryStore"]
@@ -71,6 +73,8 @@ class _Task:
     chain_bytes: int = 0
     rows: dict[int, Row] = field(default_factory=dict)
     events: list[tuple[int, str]] = field(default_factory=list)
+    inbox: list[tuple[str, str, datetime]] = field(default_factory=list)
+    """Posted messages as stored (kind, body JSON, time); message n is ``inbox[n - 1]``."""
 
 
 @dataclass
@@ -289,6 +293,19 @@ class MemoryStore:
             if ref not in self._artifacts:
                 raise ArtifactNotFound(f"no artifact {ref!r}")
             self._artifacts[ref] = bytes(data)
+
+    def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        text = encode_message(task_id, kind, body)
+        with self._lock:
+            task = self._task(task_id)
+            task.inbox.append((kind, text, utcnow()))
+            return len(task.inbox)
+
+    def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        check_task_id(task_id)
+        with self._lock:
+            stored = list(enumerate(self._task(task_id).inbox, 1))[max(after, 0) :]
+        return [read_message(task_id, seq, kind, text, at) for seq, (kind, text, at) in stored]
 
     def close(self) -> None:
         pass

@@ -57,7 +57,8 @@ The same statement checks the fencing token: with ``fence`` set it locks the
 lease row ``FOR SHARE`` and writes only if the lease is held with that
 generation. Schema 2 adds the checksum columns (``tasks.digest``,
 ``checkpoints.digest``) and ``leases.generation``; a released lease keeps its row
-with ``worker`` NULL.
+with ``worker`` NULL. Schema 3 adds the inbox (``inbox``, one row per message, and
+``inboxes``, each task's last message number: see :meth:`PostgresStore.post`).
 
 The SQL lives in :mod:`skillstate.store.postgres_sql`, what each call runs and
 makes of the rows in :mod:`skillstate.store.postgres_ops` (shared with
@@ -78,7 +79,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from skillstate.errors import StoreError
 from skillstate.events import Event
-from skillstate.store.base import Checkpoint, CheckpointInfo, HeadInfo, Lease, PruneResult
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    HeadInfo,
+    InboxMessage,
+    Lease,
+    PruneResult,
+)
 from skillstate.store.chain import DEFAULT_MAX_CHAIN
 from skillstate.store.postgres_ops import Begin, Op, PostgresOps, Statement, Step
 from skillstate.store.postgres_sql import MIGRATIONS
@@ -229,6 +237,12 @@ class PostgresStore:
 
     def force_release(self, task_id: str) -> Lease | None:
         return self._run(self._ops.force_release(task_id))
+
+    def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        return self._run(self._ops.post(task_id, kind, body))
+
+    def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        return self._run(self._ops.inbox(task_id, after=after))
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
         return self._run(self._ops.put_artifact(data, media_type=media_type))

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from skillstate.errors import StoreError
 from skillstate.events import Event
-from skillstate.store.base import Checkpoint, CheckpointInfo, HeadInfo, Lease, PruneResult
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    HeadInfo,
+    InboxMessage,
+    Lease,
+    PruneResult,
+)
 from skillstate.store.chain import DEFAULT_MAX_CHAIN
 from skillstate.store.postgres_ops import Begin, Op, PostgresOps, Statement, Step
 from skillstate.store.postgres_url import connect_options, driver, parse_url, wrap
@@ -197,6 +204,12 @@ class AsyncPostgresStore:
 
     async def force_release(self, task_id: str) -> Lease | None:
         return await self._run(self._ops.force_release(task_id))
+
+    async def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        return await self._run(self._ops.post(task_id, kind, body))
+
+    async def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        return await self._run(self._ops.inbox(task_id, after=after))
 
     async def put_artifact(
         self, data: bytes, *, media_type: str = "application/octet-stream"

@@ -38,6 +38,7 @@ from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
     HeadInfo,
+    InboxMessage,
     Lease,
     PruneResult,
     artifact_ref,
@@ -63,6 +64,7 @@ from skillstate.store.chain import (
     take_snapshot,
 )
 from skillstate.store.heads import head_info
+from skillstate.store.inbox import encode_message, read_message
 from skillstate.store.postgres_sql import MIGRATIONS, Queries
 from skillstate.store.rewriting import Body, plan_rewrite
 
@@ -470,6 +472,25 @@ class PostgresOps:
     def artifact_refs(self) -> Op[list[str]]:
         rows = yield Statement(self.sql.artifact_refs, fetch="all")
         return [row[0] for row in rows]
+
+    def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> Op[int]:
+        text = encode_message(task_id, kind, body)
+        params = {"task_id": task_id, "kind": kind, "body": text}
+        row = yield Statement(self.sql.post, params, fetch="one")
+        if row is None:
+            raise TaskNotFound(task_id)
+        return int(row[0])
+
+    def inbox(self, task_id: str, *, after: int = 0) -> Op[list[InboxMessage]]:
+        check_task_id(task_id)
+        rows = yield Statement(self.sql.inbox, (after, task_id), fetch="all")
+        if not rows:
+            raise TaskNotFound(task_id)
+        return [
+            read_message(task_id, seq, kind, body, _utc(at))
+            for seq, kind, body, at in rows
+            if seq is not None
+        ]
 
     def replace_artifact(self, ref: str, data: bytes) -> Op[None]:
         updated = yield Statement(self.sql.replace_artifact, (bytes(data), ref), fetch="rowcount")

@@ -91,6 +91,27 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
                            ALTER COLUMN worker DROP NOT NULL;
         """,
     ),
+    (
+        # The inbox (Store.post): one row per message, numbered per task from 1. The
+        # number comes from a counter row per task (inboxes), bumped by an upsert:
+        # concurrent posts queue on that row's lock, never on the task's (which every
+        # commit updates), so a post never slows the worker holding the task.
+        3,
+        """
+        CREATE TABLE inboxes (
+            task_id  TEXT COLLATE "C" PRIMARY KEY,
+            last_seq BIGINT NOT NULL
+        );
+        CREATE TABLE inbox (
+            task_id   TEXT COLLATE "C" NOT NULL,
+            seq       BIGINT NOT NULL,
+            kind      TEXT NOT NULL,
+            body      TEXT NOT NULL,
+            posted_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (task_id, seq)
+        );
+        """,
+    ),
 )
 
 
@@ -106,6 +127,7 @@ class Queries:
         s = quote(schema)
         tasks, checkpoints, events = f"{s}.tasks", f"{s}.checkpoints", f"{s}.events"
         leases, artifacts = f"{s}.leases", f"{s}.artifacts"
+        inboxes, inbox = f"{s}.inboxes", f"{s}.inbox"
         self.schema = s
         self.migrations = f"{s}.schema_migrations"
 
@@ -313,3 +335,27 @@ class Queries:
             "ON CONFLICT (ref) DO NOTHING"
         )
         self.get_artifact = f"SELECT data FROM {artifacts} WHERE ref = %s"
+
+        # Store.post in one statement: nothing is written unless the task exists (the
+        # counter's upsert reads from ``task``); the upsert's row lock orders posts.
+        self.post = f"""
+            WITH task AS (
+                SELECT 1 FROM {tasks} WHERE task_id = %(task_id)s
+            ), counter AS (
+                INSERT INTO {inboxes} AS i (task_id, last_seq)
+                SELECT %(task_id)s, 1 FROM task
+                ON CONFLICT (task_id) DO UPDATE SET last_seq = i.last_seq + 1
+                RETURNING last_seq
+            ), message AS (
+                INSERT INTO {inbox} (task_id, seq, kind, body, posted_at)
+                SELECT %(task_id)s, last_seq, %(kind)s, %(body)s, now() FROM counter
+            )
+            SELECT last_seq FROM counter
+        """
+        # One round trip on the hot path (the run loop asks before every step): no row
+        # for an unknown task, one row of NULLs for a task with nothing unread.
+        self.inbox = f"""
+            SELECT i.seq, i.kind, i.body, i.posted_at FROM {tasks} t
+            LEFT JOIN {inbox} i ON i.task_id = t.task_id AND i.seq > %s
+            WHERE t.task_id = %s ORDER BY i.seq
+        """

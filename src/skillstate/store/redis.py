@@ -20,6 +20,8 @@ Layout, per task ``ID`` (``P`` is the prefix)::
     P:snap:ID    hash    VERSION -> snapshot text                 (snapshot versions only)
     P:sum:ID     hash    VERSION -> the version's checksum        (one per kept version)
     P:ev:ID      hash    VERSION -> event JSON without its patch  (never pruned)
+    P:inbox:ID   list    messages posted to the task, oldest first (message n is
+                         element n - 1): JSON of kind, at, body; never pruned
     P:lease:ID   hash    worker (absent once released), generation, expires
                          (ms since the epoch, the server's clock); never deleted,
                          so the generation survives releases and expiry
@@ -91,7 +93,14 @@ from skillstate.errors import InvalidStoreURL, MissingExtra, StoreNotFound, Stor
 from skillstate.events import Event
 from skillstate.store import redis_ops as ops
 from skillstate.store import redis_rewrite
-from skillstate.store.base import Checkpoint, CheckpointInfo, HeadInfo, Lease, PruneResult
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    HeadInfo,
+    InboxMessage,
+    Lease,
+    PruneResult,
+)
 from skillstate.store.chain import DEFAULT_MAX_CHAIN
 from skillstate.store.redis_codec import one_line, store_error
 from skillstate.store.redis_io import Batch, Call, Eval, Exec, Layout, Ops, Watch
@@ -229,6 +238,12 @@ class RedisStore(Layout):
 
     def force_release(self, task_id: str) -> Lease | None:
         return self._run(ops.force_release(self, task_id))
+
+    def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        return self._run(ops.post(self, task_id, kind, body))
+
+    def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        return self._run(ops.inbox(self, task_id, after))
 
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
         return self._run(ops.put_artifact(self, data, media_type))

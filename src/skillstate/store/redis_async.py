@@ -34,7 +34,14 @@ from skillstate.errors import InvalidStoreURL, StoreNotFound, StoreUnavailable
 from skillstate.events import Event
 from skillstate.store import redis_ops as ops
 from skillstate.store import redis_rewrite
-from skillstate.store.base import Checkpoint, CheckpointInfo, HeadInfo, Lease, PruneResult
+from skillstate.store.base import (
+    Checkpoint,
+    CheckpointInfo,
+    HeadInfo,
+    InboxMessage,
+    Lease,
+    PruneResult,
+)
 from skillstate.store.chain import DEFAULT_MAX_CHAIN
 from skillstate.store.redis import OPEN_TIMEOUT, _redis
 from skillstate.store.redis_codec import one_line, store_error
@@ -168,6 +175,12 @@ class AsyncRedisStore(Layout):
 
     async def force_release(self, task_id: str) -> Lease | None:
         return await self._run(ops.force_release(self, task_id))
+
+    async def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        return await self._run(ops.post(self, task_id, kind, body))
+
+    async def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        return await self._run(ops.inbox(self, task_id, after))
 
     async def put_artifact(
         self, data: bytes, *, media_type: str = "application/octet-stream"

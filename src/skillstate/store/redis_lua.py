@@ -18,6 +18,7 @@ __all__ = [
     "COMMIT",
     "CONVERT_LEASE",
     "FORCE_RELEASE",
+    "POST",
     "RELEASE",
 ]
 
@@ -227,3 +228,13 @@ end
 return 1
 """
 )
+
+# KEYS: task, inbox; ARGV: the message as stored (JSON: kind, at, body). Appends it to
+# the task's inbox list and returns its number (the list's new length: one script at
+# a time, so two posts never get the same one), or 0 when the task does not exist.
+POST = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+return redis.call('RPUSH', KEYS[2], ARGV[1])
+"""

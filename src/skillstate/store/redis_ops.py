@@ -13,8 +13,10 @@ listing in :mod:`.redis_rewrite`). The layout is described in
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -34,6 +36,7 @@ from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
     HeadInfo,
+    InboxMessage,
     Lease,
     PruneResult,
     artifact_ref,
@@ -57,6 +60,7 @@ from skillstate.store.chain import (
     take_snapshot,
 )
 from skillstate.store.heads import head_info
+from skillstate.store.inbox import encode_message, read_message
 from skillstate.store.redis_codec import (
     ZLIB,
     field_version,
@@ -95,8 +99,10 @@ __all__ = [
     "force_release",
     "get_artifact",
     "heads",
+    "inbox",
     "lease",
     "load",
+    "post",
     "prune",
     "put_artifact",
     "release",
@@ -117,6 +123,7 @@ CHECKPOINT = Lua(redis_lua.CHECKPOINT)
 CLAIM = Lua(redis_lua.CLAIM)
 RELEASE = Lua(redis_lua.RELEASE)
 FORCE_RELEASE = Lua(redis_lua.FORCE_RELEASE)
+POST = Lua(redis_lua.POST)
 CONVERT_LEASE = Lua(redis_lua.CONVERT_LEASE)
 
 
@@ -472,3 +479,38 @@ def get_artifact(store: Layout, ref: str) -> Ops[bytes]:
     if data is None:
         raise ArtifactNotFound(f"no artifact {ref!r}")
     return data
+
+
+def post(store: Layout, task_id: str, kind: str, body: Mapping[str, Any]) -> Ops[int]:
+    """One POST script: the task must exist, the message's number is the list's length."""
+    text = encode_message(task_id, kind, body)
+    at = utcnow().isoformat()
+    stored = f'{{"kind":{json.dumps(kind)},"at":"{at}","body":{text}}}'.encode()
+    keys = (store._key("task", task_id), store._key("inbox", task_id))
+    seq = yield from script(POST, keys, (stored,))
+    if not seq:
+        raise TaskNotFound(task_id)
+    return int(seq)
+
+
+def inbox(store: Layout, task_id: str, after: int) -> Ops[list[InboxMessage]]:
+    check_task_id(task_id)
+    exists, stored = yield Batch(
+        (
+            Call(("EXISTS", store._key("task", task_id))),
+            Call(("LRANGE", store._key("inbox", task_id), max(after, 0), -1)),
+        ),
+        transaction=True,
+    )
+    if not exists:
+        raise TaskNotFound(task_id)
+    return [_message(task_id, seq, raw) for seq, raw in enumerate(stored, max(after, 0) + 1)]
+
+
+def _message(task_id: str, seq: int, raw: bytes) -> InboxMessage:
+    try:
+        record = json.loads(raw)
+        kind, body, at = record["kind"], record["body"], datetime.fromisoformat(record["at"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StateCorrupted(task_id, None, f"inbox message {seq} does not load ({exc})") from exc
+    return read_message(task_id, seq, kind, body, at)

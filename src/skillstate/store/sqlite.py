@@ -19,7 +19,8 @@ are the directories it creates for it (``0700``): states may hold personal data.
 
 Schema 3 adds checksums (``tasks.digest`` for the head, ``versions.digest`` per
 version) and lease fencing: ``leases.generation``, with ``worker`` NULL once the
-lease is released (the row, and so the generation, stays).
+lease is released (the row, and so the generation, stays). Schema 4 adds the
+``inbox`` table (:meth:`~skillstate.store.base.Store.post`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
     HeadInfo,
+    InboxMessage,
     Lease,
     PruneResult,
     artifact_ref,
@@ -78,6 +80,7 @@ from skillstate.store.chain import (
     take_snapshot,
 )
 from skillstate.store.heads import head_info
+from skillstate.store.inbox import encode_message, read_message
 from skillstate.store.rewriting import Body, plan_rewrite
 
 __all__ = ["SQLiteStore"]
@@ -173,6 +176,22 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ALTER TABLE leases_v3 RENAME TO leases;
         """,
     ),
+    (
+        # The inbox: messages posted to a task beside its card (Store.post), numbered
+        # per task from 1. A post reads max(seq) and inserts in one BEGIN IMMEDIATE
+        # transaction, so concurrent posts take turns and never share a number.
+        4,
+        """
+        CREATE TABLE inbox (
+            task_id   TEXT NOT NULL,
+            seq       INTEGER NOT NULL,
+            kind      TEXT NOT NULL,
+            body      TEXT NOT NULL,
+            posted_at TEXT NOT NULL,
+            PRIMARY KEY (task_id, seq)
+        );
+        """,
+    ),
 )
 
 _WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
@@ -192,7 +211,8 @@ _HEADS = """
                     WHEN NOT json_valid(t.head) THEN NULL
                     WHEN json_type(t.head) IS NOT 'object' THEN NULL
                     ELSE json_extract(t.head, '$.status', '$.current_step', '$.agent',
-                                      '$.steps_taken', '$.usage.prompt', '$.usage.completion')
+                                      '$.steps_taken', '$.usage.prompt', '$.usage.completion',
+                                      '$.wait.deadline')
                END AS summary,
                l.task_id IS NOT NULL AS has_lease, l.worker, l.expires_at, l.generation
         FROM tasks t LEFT JOIN leases l ON l.task_id = t.task_id
@@ -583,6 +603,37 @@ class SQLiteStore:
             cur.execute("UPDATE artifacts SET data = ? WHERE ref = ?", (sqlite3.Binary(data), ref))
             if cur.rowcount == 0:
                 raise ArtifactNotFound(f"no artifact {ref!r}")
+
+    def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
+        text = encode_message(task_id, kind, body)
+        with self._tx() as cur:
+            if cur.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone() is None:
+                raise TaskNotFound(task_id)
+            (seq,) = cur.execute(
+                "SELECT coalesce(max(seq), 0) + 1 FROM inbox WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            cur.execute(
+                "INSERT INTO inbox (task_id, seq, kind, body, posted_at) VALUES (?, ?, ?, ?, ?)",
+                (task_id, seq, kind, text, utcnow().isoformat()),
+            )
+        return int(seq)
+
+    def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
+        check_task_id(task_id)
+        # One statement: no row for an unknown task, one of NULLs when nothing is unread.
+        rows = self._all(
+            "SELECT i.seq, i.kind, i.body, i.posted_at FROM tasks t "
+            "LEFT JOIN inbox i ON i.task_id = t.task_id AND i.seq > ? "
+            "WHERE t.task_id = ? ORDER BY i.seq",
+            (after, task_id),
+        )
+        if not rows:
+            raise TaskNotFound(task_id)
+        return [
+            read_message(task_id, seq, kind, body, _time(task_id, None, at))
+            for seq, kind, body, at in rows
+            if seq is not None
+        ]
 
     def close(self) -> None:
         with self._lock:

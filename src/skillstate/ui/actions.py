@@ -1,4 +1,5 @@
-"""The inspector's writes: reply, rollback, fork and set, through the CLI's own code paths.
+"""The inspector's writes: reply, rollback, fork, set, approve, reject and signal, through
+the CLI's own code paths.
 
 A write is accepted only when the inspector was started with ``--allow-edit`` and the
 request carries its token, compared in constant time. The checks run in this order,
@@ -17,7 +18,10 @@ each refusing with a one-line error before the next is tried:
    (:mod:`skillstate.ui.body`; else 400).
 
 Each write then does what its command does, with the same functions and the same
-checks: ``reply`` commits the answer with :meth:`Runtime.reply` and keeps running the
+checks: ``reply`` commits the answer with :meth:`Runtime.reply` (``approve`` and
+``reject``: :meth:`Runtime.approve`, :meth:`Runtime.reject`, recorded with the actor
+the request names, else ``inspector``; ``signal``: :meth:`Runtime.signal`, its payload
+checked against the agent's schema before anything is posted) and keeps running the
 task (in a thread, so the page can follow it live) with the runtime ``skillstate
 reply`` builds; ``rollback``, ``fork`` and ``set`` call :mod:`skillstate.engine.rewind`
 and :mod:`skillstate.engine.edits`, which record them as ``human`` events and refuse
@@ -31,6 +35,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -48,10 +53,15 @@ from skillstate.ui.notices import notice_query
 
 if TYPE_CHECKING:
     from skillstate.engine.agent import Agent
+    from skillstate.engine.runtime import Runtime
+    from skillstate.state.model import AgentState
     from skillstate.ui.app import UIState
     from skillstate.ui.views import Source
 
 __all__ = ["ACTIONS", "FIELDS", "api_routes", "form_routes", "perform"]
+
+INSPECTOR = "inspector"
+"""Who approves or rejects through the inspector when the request names nobody."""
 
 READ_ONLY = "the inspector is read-only: start it with skillstate ui --allow-edit to change tasks"
 NO_TOKEN = (
@@ -63,6 +73,9 @@ FIELDS: dict[str, frozenset[str]] = {
     "rollback": frozenset({"to", "effects"}),
     "fork": frozenset({"at", "new_id", "effects"}),
     "set": frozenset({"assignments", "force"}),
+    "approve": frozenset({"edits", "reason", "actor"}),
+    "reject": frozenset({"reason", "actor"}),
+    "signal": frozenset({"name", "data"}),
 }
 """The fields each action takes (a form adds ``token``)."""
 
@@ -83,12 +96,102 @@ def _effects(fields: Mapping[str, Any]) -> Any:
 
 def reply(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -> str:
     """``skillstate reply ID TEXT``: commit the answer, then keep running the task."""
-    from skillstate.cli._common import _Decisions, _runtime
-
     text = body.text(fields, "text")
     into = fields.get("into") or None  # a form's empty field: an ordinary reply
     if into is not None and not isinstance(into, str):
         raise UsageError("into must be the name of a Sensitive field (a string)")
+    replied = _write_then_run(
+        ui, source, task_id, lambda runtime: runtime.reply(task_id, text, into=into)
+    )
+    return f"replied as version {replied.version}; the task continues"
+
+
+def approve(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -> str:
+    """``skillstate approve ID [--edit P=V] [--reason R] [--actor A]``: commit the approval,
+    then keep running the task (its approved call runs once). ``edits`` is a JSON object
+    of params, or ``PARAM=VALUE`` lines (a form's textarea, VALUE read as YAML)."""
+    edits = _param_edits(fields.get("edits"))
+    reason = _optional(fields, "reason")
+    actor = _optional(fields, "actor") or INSPECTOR
+
+    def write(runtime: Runtime[Any]) -> AgentState:
+        approved: AgentState = runtime.approve(task_id, edits=edits, actor=actor, reason=reason)
+        return approved
+
+    approved = _write_then_run(ui, source, task_id, write)
+    return f"approved as version {approved.version} by {actor}; the call runs, the task continues"
+
+
+def reject(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -> str:
+    """``skillstate reject ID --reason R [--actor A]``: commit the rejection, then keep
+    running the task (its next decision sees the reason)."""
+    reason = body.text(fields, "reason")
+    actor = _optional(fields, "actor") or INSPECTOR
+
+    def write(runtime: Runtime[Any]) -> AgentState:
+        rejected: AgentState = runtime.reject(task_id, reason=reason, actor=actor)
+        return rejected
+
+    rejected = _write_then_run(ui, source, task_id, write)
+    return f"rejected as version {rejected.version} by {actor}; the task continues"
+
+
+def signal(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -> str:
+    """``skillstate signal ID NAME --data JSON``: check the payload against the agent's
+    schema and post it to the task's inbox; a task idle here that waits for this very
+    signal then runs on (in a thread, as after a reply). ``data`` is a JSON object, or
+    its text (a form's textarea)."""
+    from skillstate.cli._common import _Decisions, _runtime
+    from skillstate.cli.signals import _payload
+
+    name = body.text(fields, "name").strip()
+    data = fields.get("data", {})
+    payload = data if isinstance(data, dict) else _payload(body.text(fields, "data"))
+    agent = _agent(source, task_id)
+    decisions = _Decisions().continuing(task_id, source.store.load(task_id).state.get("driver"))
+    seq = _runtime(agent, source.store, decisions, max_steps=1).signal(task_id, name, payload)
+    state = source.store.load(task_id, verify=False).state
+    found = state.get("wait")
+    wait = found if isinstance(found, dict) else {}
+    lease = source.store.lease(task_id)
+    held = lease is not None and lease.expires_at > datetime.now(timezone.utc)
+    if state.get("status") != "waiting" or wait.get("signal") != name or held:
+        return f"delivered signal {name} (inbox #{seq}); the task consumes it when it waits for it"
+    _write_then_run(ui, source, task_id, lambda runtime: runtime.load(task_id))
+    return f"delivered signal {name} (inbox #{seq}); the task continues"
+
+
+def _optional(fields: Mapping[str, Any], name: str) -> str | None:
+    """An optional text field (absent or blank: None), checked as ``body.text`` checks."""
+    value = fields.get(name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return body.text(fields, name).strip()
+
+
+def _param_edits(value: Any) -> dict[str, Any] | None:
+    """The edits of ``approve``: a JSON object, or ``PARAM=VALUE`` lines; None when none."""
+    import yaml
+
+    from skillstate.cli._common import _parse_assignments
+
+    if value is None or value in ("", {}):
+        return None
+    if isinstance(value, dict):
+        return value  # each value is checked by the runtime, as a person's edit
+    try:
+        return _parse_assignments(body.lines({"edits": value}, "edits"))
+    except yaml.YAMLError as exc:
+        raise UsageError(f"an edit is not valid YAML: {str(exc).splitlines()[0]}") from None
+
+
+def _write_then_run(
+    ui: UIState, source: Source, task_id: str, write: Callable[[Runtime[Any]], AgentState]
+) -> AgentState:
+    """Commit ``write`` with the runtime the command builds, then keep running the task
+    in a thread (the page follows it live); one such thread per task at a time."""
+    from skillstate.cli._common import _Decisions, _runtime
+
     agent = _agent(source, task_id)
     with ui.lock:
         running = ui.driving.get(task_id)
@@ -96,7 +199,7 @@ def reply(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) 
             raise Conflict(f"the inspector is still running task {task_id!r}; wait for it")
         decisions = _Decisions().continuing(task_id, source.store.load(task_id).state.get("driver"))
         runtime = _runtime(agent, source.store, decisions, max_steps=ui.config.max_steps)
-        replied = runtime.reply(task_id, text, into=into)
+        written = write(runtime)
 
         def drive() -> None:
             try:
@@ -112,7 +215,7 @@ def reply(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) 
         thread = threading.Thread(target=drive, name=f"skillstate-ui-{task_id}", daemon=True)
         ui.driving[task_id] = thread
         thread.start()
-    return f"replied as version {replied.version}; the task continues"
+    return written
 
 
 def rollback(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -> str:
@@ -174,6 +277,9 @@ ACTIONS: dict[str, Callable[[UIState, Source, str, Mapping[str, Any]], str]] = {
     "rollback": rollback,
     "fork": fork,
     "set": set_,
+    "approve": approve,
+    "reject": reject,
+    "signal": signal,
 }
 
 
@@ -228,7 +334,7 @@ def _masked(source: Source, task_id: str, fields: Mapping[str, Any], text: str) 
 def _action(request: Request) -> str:
     name = str(request.path_params["name"])
     if name not in ACTIONS:
-        raise Refused(404, f"no action {name[:40]!r} (reply, rollback, fork, set)", "NoAction")
+        raise Refused(404, f"no action {name[:40]!r} ({', '.join(ACTIONS)})", "NoAction")
     return name
 
 

@@ -10,8 +10,9 @@
 ``GET /api/tokens/{id}``           the token curve (state view against full history)
 ``GET /api/artifacts/{ref}/{id}``  a tool's raw output
 ``GET /api/reports[/{n}]``         the evaluation reports, one report
-``POST /api/actions/{name}/{id}``  reply, rollback, fork, set: a JSON object of fields,
-                                   the token in a header (see :mod:`.actions`)
+``POST /api/actions/{name}/{id}``  reply, rollback, fork, set, approve, reject,
+                                   signal: a JSON object of fields, the token in a
+                                   header (see :mod:`.actions`)
 =================================  ==================================================
 
 Task routes also answer under ``/api/r/{n}/{run}/`` for the runs of report ``n``.

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PAGE_SIZE",
+    "WAITING_ANY",
     "FieldChange",
     "StepDiff",
     "StepRow",
@@ -46,6 +47,9 @@ __all__ = [
 
 PAGE_SIZE = 50
 """Tasks per page of the task list."""
+WAITING_ANY = "waiting-any"
+"""The task list's status filter for every task waiting on a person or the world
+(``waiting_user``, ``waiting_approval``, ``waiting``)."""
 ARTIFACT_CHARS = 200_000
 """An artifact page shows at most this much of the output (the rest is cut, and says so)."""
 _REF = re.compile(r"sha256:[0-9a-f]{64}")
@@ -88,24 +92,27 @@ def list_tasks(
     """The store's tasks from one :meth:`Store.heads` read: filtered, sorted, one page.
 
     ``query`` matches task ids by substring (case-insensitive); ``sort`` is
-    ``updated`` (latest first) or ``id``.
+    ``updated`` (latest first), ``waited`` (the longest unchanged first: the tasks
+    that have waited longest) or ``id``. ``status`` :data:`WAITING_ANY` keeps the tasks
+    waiting on a person or the world (as ``skillstate tasks --waiting``).
     """
-    from skillstate.cli.listing import _status
+    from skillstate.cli.listing import WAITING, _status
 
-    if sort not in {"updated", "id"}:
-        raise UsageError(f"sort must be updated or id, not {sort[:40]!r}")
+    if sort not in {"updated", "waited", "id"}:
+        raise UsageError(f"sort must be updated, waited or id, not {sort[:40]!r}")
     heads = store.heads()
     needle = (query or "").strip().casefold()
+    statuses = set(WAITING) if status == WAITING_ANY else {status} if status else None
     rows = [
         head
         for head in heads
-        if (not status or _status(head) == status)
+        if (statuses is None or _status(head) in statuses)
         and (not agent or head.agent == agent)
         and (not needle or needle in head.task_id.casefold())
     ]
-    if sort == "updated":
+    if sort in {"updated", "waited"}:
         oldest = datetime.min.replace(tzinfo=timezone.utc)
-        rows.sort(key=lambda h: h.updated_at or oldest, reverse=True)
+        rows.sort(key=lambda h: h.updated_at or oldest, reverse=sort == "updated")
     pages = max(1, -(-len(rows) // size))
     page = min(max(page, 1), pages)
     now = datetime.now(timezone.utc)
@@ -123,13 +130,16 @@ def list_tasks(
 
 
 def _row(head: HeadInfo, now: datetime) -> dict[str, Any]:
-    from skillstate.cli.listing import _as_json, _lease_cell
+    from skillstate.cli.listing import _as_json, _duration, _lease_cell
 
+    row = _as_json(head, now)
+    waited = row.get("waited_s")
     return {
-        **_as_json(head, now),
+        **row,
         "steps": head.steps,
         "tokens": head.tokens,
         "lease_text": _lease_cell(head, now),
+        "waited_text": _duration(waited) if isinstance(waited, float | int) else None,
     }
 
 
@@ -268,6 +278,11 @@ def _detail(action: Mapping[str, Any]) -> str:
     kind = action.get("kind")
     if kind == "reply" and isinstance(action.get("text"), str):
         return f"answer: {action['text']}"
+    if kind in ("approve", "reject"):
+        verb = "approved" if kind == "approve" else "rejected"
+        edited = action.get("edited")
+        more = f"; edited {json.dumps(edited, ensure_ascii=False)}" if edited else ""
+        return f"{verb} by {action.get('actor') or '?'}{more}"
     for key in ("question", "text", "summary"):
         if isinstance(action.get(key), str) and kind != "create":
             return str(action[key])

@@ -65,6 +65,11 @@ class TaskView:
     agent_note: str | None
     """Why the task's agent is not used (the pages then show what is stored)."""
     question: str | None
+    approval: dict[str, Any] | None = None
+    """The call waiting for a person's approval (skill, masked params, reason, step)."""
+    wait: dict[str, Any] | None = None
+    """What a ``waiting`` task waits for: kind (``until``/``signal``), signal, deadline
+    (ISO UTC), reason and the step a timeout goes to."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +89,8 @@ class TaskView:
             "expect": self.expect,
             "agent_note": self.agent_note,
             "question": self.question,
+            "approval": self.approval,
+            "wait": self.wait,
         }
 
 
@@ -142,7 +149,32 @@ def task_view(
         expect=without_paths(path) if path else None,
         agent_note=acc.why_no_agent,
         question=question if isinstance(question, str) else None,
+        approval=_approval(card.get("pending_approval")),
+        wait=_wait(card.get("wait")),
     )
+
+
+def _approval(pending: Any) -> dict[str, Any] | None:
+    """The pending approval of a masked card, as the page shows it."""
+    if not isinstance(pending, dict):
+        return None
+    params = pending.get("params")
+    return {
+        "skill": str(pending.get("skill") or "?"),
+        "params": params if isinstance(params, dict) else {},
+        "reason": str(pending.get("reason") or ""),
+        "step": pending.get("target"),
+    }
+
+
+def _wait(wait: Any) -> dict[str, Any] | None:
+    """The wait of a masked card, as the page shows it (text fields only)."""
+    if not isinstance(wait, dict):
+        return None
+    return {
+        name: wait.get(name) if isinstance(wait.get(name), str) else None
+        for name in ("kind", "signal", "deadline", "reason", "on_timeout")
+    }
 
 
 def head_summary(store: Store, task_id: str) -> dict[str, Any]:

@@ -14,6 +14,8 @@ the exactly-once effect machinery.
 * :mod:`~skillstate.workers.sweep`: finding stranded tasks and sending them a message.
 * :mod:`~skillstate.workers.celery_app`: the Celery app, task and sending (needs
   ``pip install 'skillstate[celery]'``; imported only from there).
+* :mod:`~skillstate.workers.beat`: Celery beat over the store's schedules
+  (``skillstate beat``; see :mod:`skillstate.control.schedules`).
 """
 
 from __future__ import annotations

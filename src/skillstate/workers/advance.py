@@ -40,8 +40,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from skillstate.control.inbox import has_unread
+from skillstate.control.waits import signal_arrived
 from skillstate.engine.agent import Agent
 from skillstate.engine.lease import is_dead_local_worker
+from skillstate.engine.results import RunResult
 from skillstate.engine.runtime import Runtime
 from skillstate.errors import (
     AgentImportError,
@@ -63,7 +66,10 @@ log = logging.getLogger("skillstate.workers")
 OutcomeKind = Literal[
     "completed",
     "failed",
+    "cancelled",
     "waiting_user",
+    "waiting_approval",
+    "waiting",
     "budget",
     "stalled",
     "requeued",
@@ -150,9 +156,9 @@ class Advancer:
             if isinstance(verdict, Outcome):
                 return verdict
             crashed = verdict
-        elif head.version > message.expected:
+        elif head.version > message.expected and not self._posted(head.state):
             return Outcome("stale", head.version, detail=f"head is at {head.version}")
-        if head.state.get("status") in _IDLE and crashed is None:
+        if head.state.get("status") in _IDLE and crashed is None and not self._posted(head.state):
             return Outcome("stale", head.version, detail=f"task is {head.state.get('status')}")
         try:
             agent = self._agent(head.state.get("agent"))
@@ -166,11 +172,25 @@ class Advancer:
         )
         try:
             with self._hold(runtime, message, handover):
-                return self._slice(runtime, message, crashed, enqueue)
+                outcome = self._slice(runtime, message, crashed, enqueue)
         except LeaseHeld as exc:  # another message won the race for the task
             return Outcome("held", detail=f"held by {exc.holder}")
         except Conflict as exc:  # lost the lease mid-slice: the new holder carries on
             return Outcome("held", detail=str(exc))
+        if outcome.kind == "waiting" and signal_arrived(runtime, message.task_id):
+            # Posted while this slice held the lease: its own message found the task
+            # held and was dropped. Looked for after releasing, so none is missed.
+            enqueue(Message(message.task_id, outcome.version or 0, queue=message.queue), 0.0)
+        elif outcome.kind in _AT_REST and has_unread(self.store, message.task_id):
+            # A send or cancel posted after this slice's last step boundary: its own
+            # message found the task held and was dropped (control.inbox).
+            enqueue(Message(message.task_id, outcome.version or 0, queue=message.queue), 0.0)
+        return outcome
+
+    def _posted(self, head: dict[str, Any]) -> bool:
+        """A send or cancel waits in the task's inbox: a message for it is not stale."""
+        task_id = head.get("task_id")
+        return isinstance(task_id, str) and has_unread(self.store, task_id, head)
 
     # ------------------------------------------------------------------ internals
 
@@ -208,7 +228,9 @@ class Advancer:
     ) -> Outcome:
         task_id = message.task_id
         state = runtime.load(task_id)
-        if state.status.value in _IDLE:  # its worker died after the last commit: release
+        read = {"status": state.status.value, "inbox_seen": state.inbox_seen}
+        if state.status.value in _IDLE and not has_unread(self.store, task_id, read):
+            # its worker died after the last commit (and nothing was posted since): release
             return Outcome("stale", state.version, detail=f"task is {state.status.value}")
         if crashed is not None and message_of(crashed.worker) not in (None, SWEEPER):
             note = crash_note(state, crashed.worker, self.settings.max_crashes)
@@ -221,6 +243,8 @@ class Advancer:
             result = runtime.run(task_id, max_steps=self.settings.slice_steps, stop=self.stopping)
         except ProviderError as exc:
             return self._provider_error(runtime, message, exc, enqueue)
+        if result.stopped == "waiting":
+            return self._requeue_wait(runtime, message, result, enqueue)
         if result.stopped != "max_steps":
             return Outcome(result.stopped, result.state.version, result.steps)
         version = result.state.version
@@ -228,6 +252,27 @@ class Advancer:
         # continuation names this holder, so it may take the lease over at once.
         enqueue(Message(task_id, version, queue=message.queue, after=runtime.worker), 0.0)
         return Outcome("requeued", version, result.steps)
+
+    def _requeue_wait(
+        self,
+        runtime: Runtime[Any],
+        message: Message,
+        result: RunResult[Any],
+        enqueue: Enqueue,
+    ) -> Outcome:
+        """The task waits: a message the broker delivers at its deadline (no worker
+        sleeps), sent under the lease like a continuation. A wait without a deadline
+        (a signal without a timeout) gets none: the signal's delivery enqueues it."""
+        version = result.state.version
+        at = result.resume_at
+        if at is None:
+            return Outcome("waiting", version, result.steps, detail="for a signal")
+        left = max(0.0, (at - datetime.now(timezone.utc)).total_seconds())
+        countdown = min(left, self.settings.max_countdown)
+        later = Message(message.task_id, version, queue=message.queue, after=runtime.worker)
+        enqueue(later, countdown)
+        detail = f"until {at.isoformat(timespec='seconds')}; requeued in {countdown:.1f}s"
+        return Outcome("waiting", version, result.steps, detail=detail)
 
     def _provider_error(
         self,
@@ -282,5 +327,17 @@ class Advancer:
         return agent
 
 
-_IDLE = frozenset({TaskStatus.COMPLETED.value, TaskStatus.FAILED.value, "waiting_user"})
-"""Statuses no message has anything to do for (a reply enqueues a new message)."""
+_IDLE = frozenset(
+    {
+        TaskStatus.COMPLETED.value,
+        TaskStatus.FAILED.value,
+        TaskStatus.CANCELLED.value,
+        TaskStatus.WAITING_USER.value,
+        TaskStatus.WAITING_APPROVAL.value,
+    }
+)
+"""Statuses no message has anything to do for (a reply, an approval or a rejection
+enqueues a new message)."""
+
+_AT_REST = frozenset({"waiting_user", "waiting_approval", "waiting", "budget", "stalled"})
+"""Outcomes after which the task sits with no message of its own in flight."""

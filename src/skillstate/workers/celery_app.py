@@ -7,7 +7,8 @@ most the message it is running. A ``kill -9`` drops the broker connection (Rabbi
 requeues the unacknowledged message at once; Redis after its ``visibility_timeout``)
 and the next worker resumes the task from the store (:mod:`skillstate.workers.advance`).
 
-Celery is imported here and only here: ``import skillstate`` never loads it.
+Celery is imported here and in :mod:`skillstate.workers.beat` only: ``import
+skillstate`` never loads it.
 """
 
 from __future__ import annotations

@@ -72,6 +72,13 @@ class WorkerSettings:
     """A running task with no live lease and no commit for this many seconds is
     stranded: the sweeper sends it a new message. Keep it above the longest time a
     message can wait in the queue and above ``retry_cap``."""
+    max_countdown: float = 240.0
+    """The longest countdown a waiting task is requeued with (seconds). A wait longer
+    than this hops: the message comes back early, finds the task still waiting and
+    sends the next one. Keep it below the broker's limit on holding a message it has
+    delivered: Redis's ``visibility_timeout`` (300 s here; a longer countdown would be
+    delivered again meanwhile) and RabbitMQ's ``consumer_timeout`` (30 min by default;
+    past it the broker closes the channel)."""
     agents: frozenset[str] = field(default_factory=frozenset)
     """Agent references this worker may import, besides the configured allow-list
     (``[tool.skillstate] agents``, ``SKILLSTATE_AGENTS``, entry points, the demos).

@@ -4,7 +4,10 @@ A running task is always somebody's: a live lease, or a message in the broker
 (:mod:`skillstate.workers.advance`). A task that is ``running`` (or ``created``) with
 **no live lease** (none, expired, or held by a process of this host that has exited)
 and **no commit for longer than a threshold** looks like nobody's: a bug dropped
-its last message. The sweeper sends it a message, judged against the store like any
+its last message. So does a ``waiting`` task (:mod:`skillstate.control.waits`) whose
+deadline passed longer than the threshold ago: its requeued message should have woken
+it by then. A task waiting before its deadline, or for a signal without a timeout, is
+never stranded. The sweeper sends it a message, judged against the store like any
 other:
 
 * with **no lease**, the sweeper first claims the task under its own name
@@ -52,7 +55,10 @@ _MIN_CLAIM = 60.0
 log = logging.getLogger("skillstate.workers")
 
 _OWNED = frozenset({"running", "created"})
-"""Statuses a message must be responsible for (the others wait for nobody, or a reply)."""
+"""Statuses a message must be responsible for (the others wait for nobody, or for a
+person: a reply, an approval; never requeued)."""
+_WAITING = "waiting"
+"""Waiting for a time or a signal: a message is responsible once the deadline passed."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +69,7 @@ class Stranded:
     version: int
     status: str
     idle: float
-    """Seconds since its last commit."""
+    """Seconds since its last commit (a waiting task's: since its deadline passed)."""
     holder: str | None
     """The lease it was left with (expired, or a dead process's), ``None`` when none."""
     agent: str | None
@@ -80,6 +86,8 @@ class Stranded:
 
     def describe(self) -> str:
         lease = f"lease of {self.holder} dead" if self.holder else "no lease"
+        if self.status == _WAITING:
+            return f"{self.status}, v{self.version}, {lease}, deadline {self.idle:.0f}s ago"
         return f"{self.status}, v{self.version}, {lease}, no commit for {self.idle:.0f}s"
 
 
@@ -93,9 +101,15 @@ def stranded(store: Store, older_than: float, *, now: datetime | None = None) ->
 def _stranded(head: HeadInfo, older_than: float, now: datetime) -> Stranded | None:
     if head.problem or head.lease_problem or head.version is None or head.updated_at is None:
         return None  # unreadable: for a person (`skillstate doctor`, `unlock`), not a message
-    if head.status not in _OWNED:
+    if head.status == _WAITING:
+        # Waiting is nobody's work until its deadline: then its message is due.
+        if head.wait_until is None:
+            return None  # a signal without a timeout: its delivery sends the message
+        idle = (now - head.wait_until).total_seconds()
+    elif head.status in _OWNED:
+        idle = (now - head.updated_at).total_seconds()
+    else:
         return None
-    idle = (now - head.updated_at).total_seconds()
     if idle < older_than:
         return None
     lease = head.lease
@@ -147,7 +161,7 @@ def rescue(
         return False
     try:
         head = store.load(task.task_id, verify=False)
-        if head.version != task.version or head.state.get("status") not in _OWNED:
+        if head.version != task.version or head.state.get("status") not in _OWNED | {_WAITING}:
             store.release(task.task_id, name)
             return False
         send(Message(task.task_id, task.version, queue=queue, after=name))
