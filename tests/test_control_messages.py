@@ -481,3 +481,42 @@ def test_step_takes_a_cancel_before_deciding(store: Store, tmp_path: Path) -> No
     assert report.after.status is TaskStatus.CANCELLED
     assert report.event.action["kind"] == "cancel"
     assert len(views(log)) == 1
+
+
+class TestRewinds:
+    """How far a task read its inbox is a fact about the world, as undone effects are."""
+
+    def test_a_rollback_reopens_a_cancelled_task_without_cancelling_it_again(
+        self, store: Store
+    ) -> None:
+        from skillstate.engine.rewind import rollback_task
+
+        runtime = Runtime(ticker, store)
+        runtime.start("t", target=4)
+        runtime.run("t", max_steps=2)
+        cancel(store, ticker, "t", reason="paused", actor="ops")
+        assert runtime.run("t").stopped == "cancelled"
+        cancelled = runtime.load("t").version
+        rollback_task(store, "t", cancelled - 1)
+        result = runtime.run("t")
+        assert result.stopped == "completed", kinds(store, "t")
+        assert result.state.done == 4
+        assert kinds(store, "t").count("cancel") == 1
+
+    def test_a_fork_reads_its_own_inbox_from_the_start(self, store: Store, tmp_path: Path) -> None:
+        from skillstate.engine.rewind import fork_task
+
+        log = tmp_path / "views.jsonl"
+        runtime = Runtime(ticker, store)
+        runtime.start("t", target=6, log=str(log))
+        runtime.run("t", max_steps=1)
+        for text in ("one", "two", "three"):
+            send(store, ticker, "t", text, actor="ann")
+        runtime.run("t", max_steps=1)
+        assert runtime.load("t").inbox_seen == 3
+        forked = fork_task(store, ticker, "t", runtime.load("t").version, "f")
+        assert forked.inbox_seen == 0
+        send(store, ticker, "f", "for the fork", actor="ann")
+        runtime.run("f", max_steps=1)
+        seen = [m["text"] for v in views(log) for m in v["messages"]]
+        assert seen.count("for the fork") == 1, seen

@@ -13,9 +13,11 @@ run did not give (the task finished, or stopped, before asking).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from skillstate.errors import UsageError
-from skillstate.state.model import AgentState
+from skillstate.errors import Conflict, UsageError
+from skillstate.skills.handles import reply_note, secret_reply
+from skillstate.state.model import AgentState, TaskStatus, UserInput
 from skillstate.state.redact import Redactor
 from skillstate.store.base import Store
 
@@ -52,3 +54,38 @@ def unused(inputs: Sequence[str], first: int, state: AgentState) -> tuple[str, .
     """The ``inputs`` (numbered from ``first``) that ``state`` has not received."""
     given = state.inputs_received - first
     return tuple(inputs[max(given, 0) :])
+
+
+def replied(
+    state: AgentState, text: str, *, ahead: bool, into: str | None
+) -> tuple[AgentState, dict[str, Any]]:
+    """The card after ``text`` answers the open question of ``state``, and the event's
+    action. With ``ahead``, ``text`` is the card's first reply given ahead, taken off
+    it in the same commit; with ``into``, it is a secret kept in that ``Sensitive``
+    field, and the reply the decision sees is the field's handle."""
+    task_id = state.task_id
+    if ahead and state.replies_ahead[:1] != (text,):
+        raise Conflict(f"task {task_id!r}: its replies given ahead changed meanwhile")
+    kept: AgentState = state
+    if into is not None:
+        kept = secret_reply(state, into, text)
+        text = reply_note(into)
+    reply = UserInput(index=state.inputs_received, text=text)
+    after = kept.replace(
+        status=TaskStatus.RUNNING,
+        inputs=(*state.inputs, reply),
+        inputs_received=reply.index + 1,
+        replies_ahead=state.replies_ahead[1:] if ahead else state.replies_ahead,
+        question=None,
+        no_progress=0,
+        tried=(),
+    )
+    action = {
+        "kind": "reply",
+        "text": text,
+        "index": reply.index,
+        "question": state.question,
+        **({"ahead": True} if ahead else {}),
+        **({"into": into} if into is not None else {}),
+    }
+    return after, action

@@ -93,6 +93,10 @@ def _rollback(
     document["version"] = head.version + 1
     # Which keys were undone is a fact about the world, not about the old version.
     document["effect_generations"] = dict(head.state.get("effect_generations") or {})
+    # So is how far the task read its inbox: a message read after ``to_version`` was
+    # delivered (the log keeps it), and reading it again would repeat it -- a cancel
+    # would cancel the task this rollback reopens.
+    document["inbox_seen"] = head.state.get("inbox_seen", 0)
     document["compensations"] = queue
     action: dict[str, Any] = {"kind": "rollback", "to_version": to_version}
     if crossed:
@@ -161,6 +165,8 @@ def fork_task(
         # The fork's inbox starts empty: the source's inbox numbers mean nothing there
         # (a kept cursor would skip the fork's first signals). The payloads stay.
         signals={name: r.model_copy(update={"seq": 0}) for name, r in state.signals.items()},
+        inbox_seen=0,
+        cancelling=None,  # a cancel of the source is not one of the fork
     )
     document = forked.to_json()
     action: dict[str, Any] = {"kind": "fork", "from_task": task_id, "from_version": at_version}

@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
-from datetime import datetime
-from typing import Any, Generic, NamedTuple, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from skillstate.control.approvals import Approvals
 from skillstate.control.inbox import Inbox
@@ -28,35 +27,30 @@ from skillstate.control.inbox import cancel as cancel_task
 from skillstate.control.inbox import send as send_message
 from skillstate.control.waits import Waits, deliver
 from skillstate.engine.act import Acting
-from skillstate.engine.actions import Action, CallSkill
+from skillstate.engine.actions import Action
 from skillstate.engine.agent import Agent
 from skillstate.engine.commit import Committer
-from skillstate.engine.decide import accounted, failed_usage, over_budget
-from skillstate.engine.draft import Draft, reject, signature
+from skillstate.engine.decide import over_budget
+from skillstate.engine.draft import Draft
 from skillstate.engine.guard import Guard, OnStall
-from skillstate.engine.history import find_step
 from skillstate.engine.lease import Holder, default_worker
+from skillstate.engine.phases import Begun, Phases
 from skillstate.engine.policy import Decided
-from skillstate.engine.replies import check_numbering, unused
+from skillstate.engine.replies import check_numbering, replied, unused
 from skillstate.engine.results import RunResult, StepReport, StopReason
 from skillstate.engine.settle import Settling
 from skillstate.engine.stale import stale_steps
 from skillstate.engine.trace import NOOP, Tracer, traced_step, using
-from skillstate.engine.transcript import conversation
 from skillstate.errors import (
-    Conflict,
     DecisionFailed,
     InvariantBroken,
     TaskNotFound,
     UsageError,
 )
-from skillstate.events import Actor, TokenUsage, utcnow
+from skillstate.events import Actor
 from skillstate.limits import problem
 from skillstate.llm.base import Prices
-from skillstate.skills.binding import fill
-from skillstate.skills.handles import reply_note, secret_reply
-from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus, UserInput
-from skillstate.state.view import View
+from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
 from skillstate.store.base import Store
 
 __all__ = ["RunResult", "Runtime", "StepReport", "StopReason"]
@@ -142,6 +136,16 @@ class Runtime(Generic[S]):
         )
         self._waits = Waits(agent, store, self._committer.commit)
         self._inbox = Inbox(agent, store, self._committer.commit)
+        self._steps = Phases(
+            agent,
+            store,
+            committer=self._committer,
+            acting=self._acting,
+            settling=self._settling,
+            approvals=self._approvals,
+            prices=prices,
+            tracer=lambda: self.tracer,
+        )
 
     @property
     def observer(self) -> Callable[[StepReport[S]], None] | None:
@@ -368,32 +372,8 @@ class Runtime(Generic[S]):
                 raise UsageError(
                     f"task {task_id!r} is not waiting for a reply (status: {state.status.value})"
                 )
-            if ahead and state.replies_ahead[:1] != (text,):
-                raise Conflict(f"task {task_id!r}: its replies given ahead changed meanwhile")
-            kept: AgentState = state
-            if into is not None:
-                kept = secret_reply(state, into, text)
-                text = reply_note(into)
-            reply = UserInput(index=state.inputs_received, text=text)
-            after = kept.replace(
-                status=TaskStatus.RUNNING,
-                inputs=(*state.inputs, reply),
-                inputs_received=reply.index + 1,
-                replies_ahead=state.replies_ahead[1:] if ahead else state.replies_ahead,
-                question=None,
-                no_progress=0,
-                tried=(),
-            )
-            action = {
-                "kind": "reply",
-                "text": text,
-                "index": reply.index,
-                "question": state.question,
-                **({"ahead": True} if ahead else {}),
-                **({"into": into} if into is not None else {}),
-            }
-            replied = self._committer.commit(state, Draft(after=after), action, "user")[0]
-            return cast(S, replied)
+            after, action = replied(state, text, ahead=ahead, into=into)
+            return cast(S, self._committer.commit(state, Draft(after=after), action, "user")[0])
 
     def approve(
         self,
@@ -623,131 +603,17 @@ class Runtime(Generic[S]):
             return report
 
     def _phases(self, state: AgentState) -> StepReport[Any]:
-        """decide, act, settle, commit: one step of ``state``."""
-        begun = self.begin(state)
-        try:
-            with self.tracer.span("skillstate.decide", {"skillstate.step.id": begun.step_id}):
-                decided: Action | Decided | DecisionFailed = self.agent.policy.decide(begun.view)
-        except DecisionFailed as exc:
-            decided = exc
-        return self.conclude(state, begun, decided)
+        return self._steps.take(state)
 
     def begin(self, state: AgentState) -> Begun:
         """The start of a step of ``state``: its view, id and start time (no I/O)."""
-        task_id = state.task_id
-        if state.status.is_terminal or state.status in _WAITING:
-            raise UsageError(f"task {task_id!r} cannot step (status: {state.status.value})")
-        return Begun(self._view(state), f"{state.version + 1:04d}", utcnow())
+        return self._steps.begin(state)
 
     def conclude(
         self, state: AgentState, begun: Begun, decided: Action | Decided | DecisionFailed
     ) -> StepReport[Any]:
         """The rest of a step once the policy decided (or failed to): act, settle, commit."""
-        view, step_id, started = begun
-        if isinstance(decided, DecisionFailed):
-            return self._invalid_decision(state, decided, step_id, view=view, started=started)
-        action, usage = self._accounted(decided)
-        if isinstance(action, CallSkill):
-            skill = self.agent.skills.get(action.skill)
-            if skill is not None and self.agent.bind_params:
-                # Params bound from the state are filled now, so the intent, the act
-                # phase and the event all carry the params the skill runs with.
-                action = action.model_copy(
-                    update={"params": fill(skill.params, state, action.params)}
-                )
-            if skill is not None and skill.recheck:
-                found = stale_steps(state)
-                if found is not None:  # the world moved: the decision is moot
-                    return self._stale_before_run(
-                        state, action, found=found, usage=usage, view=view, started=started
-                    )
-            approval = self._approvals.gate(state, action, step_id)
-            if approval is not None:  # a person approves it first: nothing runs now
-                return self._approvals.request(
-                    state, action, approval, view=view, started=started, usage=usage
-                )
-            intent = self._settling.intent_for(state, action, step_id)
-            if intent is not None:
-                return self._settling.record_intent(
-                    state, action, intent, view=view, started=started, usage=usage
-                )
-        # act
-        draft = self._acting.handle(state, action, step_id)
-        draft.usage = usage
-        # settle
-        if draft.failed is None and draft.skill is None:
-            self._settling.check_invariants(state, draft, step_id)
-        stalled = self._settling.account(state, draft, signature(action))
-        # commit
-        after, event = self._committer.commit(
-            state, draft, action.model_dump(mode="json"), "policy", view=view, started=started
-        )
-        return StepReport(before=state, after=after, event=event, view=view, stalled=stalled)
-
-    def _view(self, state: AgentState) -> View[Any]:
-        view = self.agent.view(cast(S, state))
-        store, task_id = self.store, state.task_id
-        redactor = self._committer.redactor(state)
-        # History baselines need the conversation, and a policy may look up a step older
-        # than the card's window: both are read from the event log only if asked for.
-        return replace(
-            view,
-            transcript=lambda: conversation(store, task_id, redactor=redactor),
-            lookup=lambda step_id: find_step(store, task_id, step_id),
-        )
-
-    def _accounted(self, decided: Action | Decided) -> tuple[Action, TokenUsage | None]:
-        """The action, and what deciding it cost (``None``: no model was called)."""
-        return accounted(decided, self.prices)
-
-    def _invalid_decision(
-        self,
-        state: AgentState,
-        exc: DecisionFailed,
-        step_id: str,
-        *,
-        view: View[Any],
-        started: datetime,
-    ) -> StepReport[Any]:
-        """The model never gave a valid action: log it; the state is otherwise unchanged."""
-        draft = reject(state, step_id, "decision_failed", str(exc), None)
-        draft.usage = failed_usage(exc, self.prices)
-        stalled = self._settling.account(state, draft, signature(None))
-        after, event = self._committer.commit(
-            state, draft, {"kind": "invalid"}, "policy", view=view, started=started
-        )
-        return StepReport(before=state, after=after, event=event, view=view, stalled=stalled)
-
-    # ------------------------------------------------------------------ settle
-
-    def _stale_before_run(
-        self,
-        state: AgentState,
-        action: CallSkill,
-        *,
-        found: tuple[Draft, list[StepRecord]],
-        usage: TokenUsage | None,
-        view: View[Any],
-        started: datetime,
-    ) -> StepReport[Any]:
-        """A ``recheck`` skill found the world changed: commit the stale steps instead."""
-        draft, stale = found
-        draft.usage = usage
-        note = {"kind": "recheck", "stale": [r.id for r in stale], "before": action.skill}
-        after, event = self._committer.commit(
-            state, draft, note, "runtime", view=view, started=started
-        )
-        return StepReport(before=state, after=after, event=event, view=view)
-
-    # ------------------------------------------------------------------ effects
-
-
-class Begun(NamedTuple):
-    """A step between its view and its decision (see :meth:`Runtime.begin`)."""
-
-    view: View[Any]
-    step_id: str
-    started: datetime
+        return self._steps.conclude(state, begun, decided)
 
 
 R = TypeVar("R")
@@ -771,10 +637,6 @@ def drive(steps: Steps[R], step: Callable[[AgentState], StepReport[Any]]) -> R:
     except StopIteration as done:
         result: R = done.value
         return result
-
-
-_WAITING = frozenset({TaskStatus.WAITING_USER, TaskStatus.WAITING_APPROVAL, TaskStatus.WAITING})
-"""Statuses a decision is not taken in: someone else moves the task on."""
 
 
 _PARKED: dict[TaskStatus, StopReason] = {
