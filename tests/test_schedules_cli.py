@@ -155,3 +155,32 @@ def test_beat_needs_a_broker(capsys: pytest.CaptureFixture[str], url: str) -> No
         2,
         "error: no broker: pass --broker URL or set SKILLSTATE_BROKER",
     )
+
+
+def test_the_registry_is_no_task(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    """The schedules record lives beside the tasks under a reserved id: task lists leave
+    it out, and no task (a run, a fork) can be created there and clobber it."""
+    from skillstate.engine.runtime import Runtime
+    from skillstate.errors import UsageError
+    from skillstate.examples import ledger
+
+    assert run(capsys, "schedule", LEDGER, "--every", "30", "--name", "fast")[0] == 0
+    code, out, _ = run(capsys, "tasks")
+    assert REGISTRY not in out
+    assert run(capsys, "demo", "ledger", "--quiet", "--task-id", "L1")[0] == 0
+    code, out, _ = run(capsys, "tasks", "--json")
+    assert [row["task_id"] for row in json.loads(out)] == ["L1"]
+    code, _, err = run(capsys, "run", LEDGER, "--task-id", REGISTRY)
+    assert code == 2
+    assert err.strip() == (
+        "error: task ids starting with 'skillstate:' are skillstate's own records"
+    )
+    code, _, err = run(capsys, "fork", "L1", "--at", "2", "--new-id", "skillstate:x")
+    assert code == 2, err
+    store = open_store(url)
+    try:
+        with pytest.raises(UsageError, match="skillstate's own records"):
+            Runtime(ledger.agent, store).start("skillstate:other")
+        assert sorted(load_registry(store).schedules) == ["fast"]
+    finally:
+        store.close()

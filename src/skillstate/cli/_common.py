@@ -393,11 +393,14 @@ def _exists(store: Store, task_id: str) -> bool:
 
 def _new_task_id(agent: Agent[Any], task_id: str | None) -> str:
     from skillstate.errors import UsageError
+    from skillstate.store.base import RESERVED, is_reserved
 
     if task_id is None:
         return f"{agent.name}-{uuid.uuid4().hex[:8]}"
     if not task_id.strip() or any(c.isspace() or not c.isprintable() for c in task_id):
         raise UsageError(f"invalid --task-id {task_id!r}: use printable characters, no spaces")
+    if is_reserved(task_id):
+        raise UsageError(f"task ids starting with {RESERVED!r} are skillstate's own records")
     return task_id
 
 

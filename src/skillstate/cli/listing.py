@@ -19,6 +19,7 @@ import typer
 
 from skillstate.cli._app import JsonOpt, StoreOpt, app
 from skillstate.cli._common import _store
+from skillstate.store.base import is_reserved
 
 if TYPE_CHECKING:
     from skillstate.store.base import HeadInfo, Lease
@@ -93,7 +94,8 @@ def list_tasks(
     rows = [
         head
         for head in heads
-        if (wanted is None or _status(head) in wanted)
+        if not is_reserved(head.task_id)
+        and (wanted is None or _status(head) in wanted)
         and (agent is None or head.agent == agent)
         and (longer_than is None or _waited(head, now) >= longer_than)
     ]

@@ -32,12 +32,13 @@ from skillstate.errors import (
 )
 from skillstate.events import Event
 from skillstate.state.diff import make_patch
-from skillstate.store.base import Store
+from skillstate.store.base import RESERVED, Store
 
 __all__ = ["KIND", "REGISTRY", "Registry", "add_schedule", "load_registry", "remove_schedule"]
 
-REGISTRY = "skillstate:schedules"
-"""The id the registry is stored under (a task id no agent's tasks use: ``:``)."""
+REGISTRY = f"{RESERVED}schedules"
+"""The id the registry is stored under: reserved, no task is created there (and task
+lists leave it out)."""
 KIND = "skillstate.schedules"
 _ATTEMPTS = 20
 """Commits of one change before giving up on a record others keep changing."""

@@ -29,7 +29,7 @@ from skillstate.errors import EffectsCrossed, TaskNotFound, UsageError
 from skillstate.events import Event
 from skillstate.state.diff import make_patch
 from skillstate.state.model import AgentState
-from skillstate.store.base import Checkpoint, Store
+from skillstate.store.base import RESERVED, Checkpoint, Store, is_reserved
 
 __all__ = ["EffectChoice", "fork_task", "rollback_task"]
 
@@ -127,6 +127,8 @@ def fork_task(
     card does not know them: with ``effects="keep"`` the fork starts anyway (its
     own effects run under its own keys), otherwise it is refused.
     """
+    if is_reserved(new_id):
+        raise UsageError(f"task ids starting with {RESERVED!r} are skillstate's own records")
     try:
         store.load(new_id)
     except TaskNotFound:

@@ -51,7 +51,7 @@ from skillstate.events import Actor
 from skillstate.limits import problem
 from skillstate.llm.base import Prices
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
-from skillstate.store.base import Store
+from skillstate.store.base import RESERVED, Store, is_reserved
 
 __all__ = ["RunResult", "Runtime", "StepReport", "StopReason"]
 
@@ -160,6 +160,8 @@ class Runtime(Generic[S]):
 
     def start(self, task_id: str, **fields: Any) -> S:
         """Create the task (version 1) with ``fields`` set. Raises ``StaleState`` if it exists."""
+        if is_reserved(task_id):
+            raise UsageError(f"task ids starting with {RESERVED!r} are skillstate's own records")
         state = self.agent.new_state(task_id, **fields)
         broken = self.agent.broken_invariant(state)
         if broken is not None:

@@ -59,6 +59,7 @@ __all__ = [
     "artifact_ref",
     "check_commit",
     "check_task_id",
+    "is_reserved",
 ]
 
 
@@ -382,6 +383,16 @@ class Store(Protocol):
 
 def artifact_ref(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+RESERVED = "skillstate:"
+"""The prefix of records skillstate keeps in a store beside the tasks (the schedules:
+``skillstate:schedules``). No task is created under it, and task lists leave them out."""
+
+
+def is_reserved(task_id: str) -> bool:
+    """Whether ``task_id`` names one of skillstate's own records, not a task."""
+    return task_id.startswith(RESERVED)
 
 
 def check_task_id(task_id: object) -> str:

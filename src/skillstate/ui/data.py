@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from skillstate.errors import SkillstateError, StoreError, UsageError
+from skillstate.store.base import is_reserved
 from skillstate.ui.masking import Masker
 
 if TYPE_CHECKING:
@@ -106,7 +107,8 @@ def list_tasks(
     rows = [
         head
         for head in heads
-        if (statuses is None or _status(head) in statuses)
+        if not is_reserved(head.task_id)
+        and (statuses is None or _status(head) in statuses)
         and (not agent or head.agent == agent)
         and (not needle or needle in head.task_id.casefold())
     ]
