@@ -229,31 +229,61 @@ class TestCommands:
 
 
 REDIS_BROKER = REDIS_URL.rsplit("/", 1)[0] + "/7"
+RABBIT = os.environ.get("SKILLSTATE_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def _broker(name: str) -> str:
+    """The broker URL for ``name``, once the service answers (else skip, or fail under
+    SKILLSTATE_REQUIRE_SERVICES=1)."""
+    if name == "rabbitmq":
+        require_service("RabbitMQ", *_rabbit_reachable())
+        return RABBIT
+    require_service("Redis", *redis_reachable())
+    return REDIS_BROKER
+
+
+def _rabbit_reachable() -> tuple[bool, str]:
+    from kombu import Connection
+
+    try:
+        with Connection(RABBIT, connect_timeout=2) as conn:
+            conn.ensure_connection(max_retries=1)
+    except Exception as exc:
+        return False, f"{RABBIT}: {exc}"
+    return True, ""
 
 
 @pytest.mark.services
-def test_workers_wait_then_run_what_people_decide(tmp_path: Path) -> None:
-    """Three tasks submitted to a Redis-broker worker (PostgreSQL store) all stop in
-    ``waiting_approval`` with nothing paid; ``approve --broker`` (one with an edit) and
-    ``reject --broker`` enqueue them; the worker completes all three, one payment each."""
+@pytest.mark.parametrize("broker_name", ["redis", "rabbitmq"])
+@pytest.mark.parametrize("ref", [REF, "tests.tool_approval_agent:agent"], ids=["skill", "tool"])
+def test_workers_wait_then_run_what_people_decide(
+    tmp_path: Path, broker_name: str, ref: str
+) -> None:
+    """Three tasks submitted to a worker (PostgreSQL store; Redis or RabbitMQ broker) all
+    stop in ``waiting_approval`` with nothing paid; ``approve --broker`` (one with an
+    edit) and ``reject --broker`` enqueue them; the worker completes all three, one
+    payment each. The approval is of the ``pay`` skill, or (``tool``) of the gated
+    payment tool the skill calls (the edit then changes the tool's argument)."""
     pytest.importorskip("celery", reason="pip install 'skillstate[celery]'")
-    require_service("Redis", *redis_reachable())
+    broker = _broker(broker_name)
     from tests.workers_support import start_worker
 
     url = postgres_url_for(tmp_path)
     queue = f"skillstate-approvals-{uuid.uuid4().hex[:8]}"
     ledger = tmp_path / "ledger.txt"
-    worker = start_worker(REDIS_BROKER, url, queue, tmp_path / "worker.log", "--agent", REF)
+    worker = start_worker(broker, url, queue, tmp_path / "worker.log", "--agent", ref)
     store = open_store(url)
     try:
         tasks = ["w0", "w1", "w2"]
         for task in tasks:
-            sent = _cli("submit", REF, "--task-id", task, "--queue", queue, "--store", url,
-                        "--broker", REDIS_BROKER, "--set", f"ledger={ledger}")  # fmt: skip
+            sent = _cli("submit", ref, "--task-id", task, "--queue", queue, "--store", url,
+                        "--broker", broker, "--set", f"ledger={ledger}")  # fmt: skip
             assert sent.returncode == 0, sent.stderr
         _wait_for_statuses(store, tasks, "waiting_approval", worker, tmp_path)
         assert [_payments(tmp_path, t) for t in tasks] == [[], [], []]
-        common = ("--store", url, "--agent", REF, "--broker", REDIS_BROKER, "--queue", queue)
+        asked = [store.load(t).state["pending_approval"]["tool"] for t in tasks]
+        assert [a and a["tool"] for a in asked] == [None if ref == REF else "send_payment"] * 3
+        common = ("--store", url, "--agent", ref, "--broker", broker, "--queue", queue)
         for args in (("approve", "w0", "--reason", "fine"),
                      ("approve", "w1", "--edit", "amount=120"),
                      ("reject", "w2", "--reason", "too much")):  # fmt: skip
@@ -274,7 +304,7 @@ def test_workers_wait_then_run_what_people_decide(tmp_path: Path) -> None:
         worker.wait()
         from kombu import Connection
 
-        with Connection(REDIS_BROKER) as conn:
+        with Connection(broker) as conn:
             conn.default_channel.queue_delete(queue)
 
 

@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "WaitFor": "skillstate.engine.actions",
     "WaitUntil": "skillstate.engine.actions",
     "Signal": "skillstate.control.signals",
+    "gated": "skillstate.control.gates",
     "parse_action": "skillstate.engine.actions",
     "Agent": "skillstate.engine.agent",
     "agent_factory": "skillstate.engine.agent",
@@ -49,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     "StoreError": "skillstate.errors",
     "TaskNotFound": "skillstate.errors",
     "StoreNotFound": "skillstate.errors",
+    "ToolApprovalNeeded": "skillstate.errors",
     "ToolNotAllowed": "skillstate.errors",
     "UsageError": "skillstate.errors",
     "CompensationFailed": "skillstate.errors",
@@ -88,6 +90,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
+    from skillstate.control.gates import gated
     from skillstate.control.signals import Signal
     from skillstate.engine.actions import (
         Action,
@@ -123,6 +126,7 @@ if TYPE_CHECKING:
         StoreError,
         StoreNotFound,
         TaskNotFound,
+        ToolApprovalNeeded,
         ToolNotAllowed,
         UsageError,
     )
@@ -218,6 +222,7 @@ __all__ = [
     "StoreNotFound",
     "TaskNotFound",
     "TaskStatus",
+    "ToolApprovalNeeded",
     "ToolCall",
     "ToolError",
     "ToolNotAllowed",
@@ -230,6 +235,7 @@ __all__ = [
     "__version__",
     "agent_factory",
     "fork_task",
+    "gated",
     "load_agent",
     "migration",
     "open_store",

@@ -154,6 +154,9 @@ def print_state(state: AgentState) -> None:
         call = state.pending_approval
         shown = json.dumps(masked_params(call.params), ensure_ascii=False)
         row("pending approval", f"{call.skill} {shown} {call.reason}".strip())
+        if call.tool is not None:  # the approval is for one tool call of the skill
+            args = json.dumps(masked_params(call.tool.args), ensure_ascii=False)
+            row("tool call", f"{call.tool.tool} {args}")
     for c in state.constraints:
         row("constraint", c)
     row("completed", ", ".join(s.id for s in state.completed_steps) or "-")

@@ -36,6 +36,10 @@ that callers (and the CLI's exit codes) can tell them apart::
     ├── CompensationFailed          undoing an effect (a skill's rollback hook) failed
     └── ToolNotAllowed              a skill called a tool it did not declare
 
+    BaseException
+    └── ToolApprovalNeeded          a skill called a gated tool with arguments nobody approved:
+                                    a control-flow signal that stops the run (not an error)
+
 Lower-level errors (sqlite3, pydantic, jsonpatch) are translated at the boundary
 with ``raise ... from exc`` so the original stays attached for debugging.
 """
@@ -339,4 +343,29 @@ class ToolNotAllowed(SkillstateError, PermissionError):
         super().__init__(
             f"skill {skill!r} may not call tool {tool!r}; "
             f"declared tools: {', '.join(sorted(allowed)) or 'none'}"
+        )
+
+
+class ToolApprovalNeeded(BaseException):
+    """A skill's run called a gated tool with arguments no person approved for this step.
+
+    Not an error but a control-flow signal, like ``GeneratorExit``: the runtime catches
+    it, drops the attempt (nothing is written back, nothing verified) and commits the
+    call as the task's pending approval (:mod:`skillstate.control.tool_approvals`).
+    It derives from ``BaseException`` on purpose: a skill that wraps its tool calls in
+    ``except Exception`` (to turn a failure into an outcome) must not swallow it, or the
+    run would carry on as though the call had failed, or had run, and verify could pass
+    on a payment that never happened. The message holds no argument (one may be secret).
+    """
+
+    def __init__(self, skill: str, tool: str, arguments: dict[str, object]) -> None:
+        self.skill = skill
+        self.tool = tool
+        self.arguments = arguments
+        """The call's arguments as JSON values (plaintext: sealed before they are kept).
+        Not ``args``: that is the exception's own tuple of constructor arguments."""
+        self.calls: tuple[object, ...] = ()
+        """The tool calls the attempt made before this one (they ran), for the event."""
+        super().__init__(
+            f"skill {skill!r} called gated tool {tool!r}: a person approves the call first"
         )

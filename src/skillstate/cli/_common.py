@@ -328,11 +328,18 @@ def _summary(result: RunResult[Any], store: Store | None = None) -> str:
 
         call = state.pending_approval
         params = escape(json.dumps(masked_params(call.params), ensure_ascii=False))
+        tool = ""
+        edit = "PARAM=VALUE"
+        if call.tool is not None:  # one tool call of the skill waits, not the whole call
+            args = escape(json.dumps(masked_params(call.tool.args), ensure_ascii=False))
+            tool = f"\ntool call: {escape(call.tool.tool)} {args}"
+            edit = "ARG=VALUE"
         return (
             f"[yellow]waiting for approval[/] · task {task}\n"
             f"call: {escape(call.skill)} {params}"
             + (f" ({escape(call.reason)})" if call.reason else "")
-            + f"\napprove with: skillstate approve {task} [--edit PARAM=VALUE] [--reason ...]"
+            + tool
+            + f"\napprove with: skillstate approve {task} [--edit {edit}] [--reason ...]"
             f'; or: skillstate reject {task} --reason "..."'
         )
     if result.stopped == "waiting" and state.wait is not None:

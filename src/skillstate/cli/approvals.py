@@ -68,7 +68,8 @@ def approve(
         typer.Option(
             "--edit",
             help="PARAM=VALUE: change a param of the call before it runs (VALUE is YAML; "
-            "repeatable). Checked against the skill's params; a bad edit writes nothing.",
+            "repeatable). Checked against the skill's params (for a tool call waiting: an "
+            "argument of the call, checked against the tool's); a bad edit writes nothing.",
             show_default=False,
         ),
     ] = None,

@@ -2,6 +2,8 @@
 
 * :mod:`skillstate.control.approvals`: a call that waits for a person's approval
   (``Skill(approval=...)``, ``skillstate approve`` / ``reject``).
+* :mod:`skillstate.control.gates`, :mod:`~skillstate.control.tool_approvals`: one tool
+  of a skill whose calls wait for a person's approval (``gated(tool, approval=...)``).
 * :mod:`skillstate.control.waits`: durable waits (``WaitUntil``, ``WaitFor``): the task
   waits in the store, never in a sleeping process; a timeout escalates.
 * :mod:`skillstate.control.signals`: the typed signals an agent declares, delivered

@@ -30,6 +30,12 @@ Two people deciding at once each take the task's lease to commit and check under
 that the approval is still pending: the second gets
 :class:`~skillstate.errors.ApprovalNotPending`, which names who decided first and
 at which version. One approval, one effect.
+
+One *tool* of a skill may be gated instead (``gated(tool, approval=...)``): the
+skill's run stops at the call and the pending approval names the skill call and the
+tool call (``pending_approval.tool``). The same ``approve`` and ``reject`` decide it;
+edits then change the tool call's arguments
+(:mod:`skillstate.control.tool_approvals`).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from skillstate.control import tool_approvals
 from skillstate.engine.act import Acting
 from skillstate.engine.actions import CallSkill
 from skillstate.engine.agent import Agent
@@ -55,6 +62,7 @@ from skillstate.errors import (
     IllegalTransition,
     LeaseHeld,
     StaleState,
+    ToolApprovalNeeded,
     UsageError,
 )
 from skillstate.events import TokenUsage
@@ -155,6 +163,35 @@ class Approvals:
         )
         return StepReport(before=state, after=final, event=event, view=view)
 
+    def request_tool(
+        self,
+        state: AgentState,
+        action: CallSkill,
+        paused: ToolApprovalNeeded,
+        step_id: str,
+        *,
+        view: View[Any],
+        started: datetime,
+        usage: TokenUsage | None,
+    ) -> StepReport[Any]:
+        """Commit the decision, whose skill stopped at a gated tool call, as a pending
+        approval of that call (:mod:`skillstate.control.tool_approvals`)."""
+        intent = self._settling.build_intent(state, action, step_id)
+        assert intent is not None  # the call validated: its skill ran
+        return tool_approvals.park(
+            self._committer,
+            self._acting,
+            state,
+            intent,
+            paused,
+            note=action.model_dump(mode="json"),
+            actor="policy",
+            last_decision=decision(action, intent.skill),
+            view=view,
+            started=started,
+            usage=usage,
+        )
+
     def approved_last(self, state: AgentState) -> bool:
         """Whether this runtime committed the head as an approval: its call runs for the
         first time now (settled as ``effect``); any other runtime settling it cannot know
@@ -182,6 +219,10 @@ class Approvals:
         changes = _edits(edits)
 
         def build(state: AgentState, pending: Intent) -> tuple[Draft, dict[str, Any]]:
+            if pending.tool is not None:  # edits are of the tool call's arguments
+                return tool_approvals.approved(
+                    self._acting, state, pending, changes=changes, who=who, why=why
+                )
             return self._approval(state, pending, changes, who, why)
 
         approved = self._decide(task_id, build)
@@ -291,6 +332,10 @@ class Approvals:
         self, state: AgentState, pending: Intent, who: str, why: str
     ) -> tuple[Draft, dict[str, Any]]:
         message = f"{pending.skill} was rejected by {who}: {why}"
+        failed = f"rejected by {who}: {why}"
+        extra: dict[str, Any] = {}
+        if pending.tool is not None:  # one tool call of the skill was rejected
+            message, failed, extra = tool_approvals.rejected_tool(pending, who, why)
         entry = ErrorEntry(
             kind="approval_rejected",
             message=message,
@@ -303,9 +348,12 @@ class Approvals:
             step_id=pending.step_id,
             skill=self.agent.skills.get(pending.skill),
             error=message,
-            failed=f"rejected by {who}: {why}",
+            failed=failed,
         )
-        draft.secrets = secret_texts(open_params(pending.params), self._acting.redactor(state))
+        redactor = self._acting.redactor(state)
+        draft.secrets = secret_texts(open_params(pending.params), redactor)
+        if pending.tool is not None:
+            draft.secrets += secret_texts(open_params(pending.tool.args), redactor)
         # What the view's "already tried" line shows, under the signature the stall guard
         # compares: the same call proposed and rejected again counts as a repeat.
         shown = masked_params(pending.params)
@@ -317,6 +365,7 @@ class Approvals:
             "reason": why,
             "skill": pending.skill,
             "params": shown,
+            **extra,
         }
         return draft, action
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from skillstate._json import get_path
 from skillstate._validation import first_error
+from skillstate.control.gates import Gated, ToolGate
 from skillstate.control.waits import start_wait
 from skillstate.engine import trace
 from skillstate.engine.actions import Action, AskUser, CallSkill, Finish, Revise, WaitFor, WaitUntil
@@ -30,6 +31,7 @@ from skillstate.errors import (
     OutputNotDeclared,
     SkillstateError,
     StateError,
+    ToolApprovalNeeded,
     ToolNotAllowed,
 )
 from skillstate.events import SkillTransition, ToolCall, Verdict
@@ -37,7 +39,14 @@ from skillstate.limits import problem
 from skillstate.skills.binding import check_bound
 from skillstate.skills.handles import resolve_handles
 from skillstate.skills.skill import Outcome, Skill, SkillContext, VerifyContext
-from skillstate.state.model import AgentState, ErrorEntry, ErrorKind, StepRecord, TaskStatus
+from skillstate.state.model import (
+    AgentState,
+    ErrorEntry,
+    ErrorKind,
+    StepRecord,
+    TaskStatus,
+    ToolApproval,
+)
 from skillstate.state.protect import open_params, secret_texts
 from skillstate.state.redact import Redactor
 from skillstate.store.base import Store
@@ -150,8 +159,13 @@ class Acting:
         target: str,
         step_id: str,
         key: str | None = None,
+        approved: tuple[ToolApproval, ...] = (),
     ) -> Draft:
-        """Run ``skill`` up to its retry budget; the first verified attempt is the draft."""
+        """Run ``skill`` up to its retry budget; the first verified attempt is the draft.
+
+        A call of a gated tool that needs a person's approval (none of ``approved``
+        matches it) ends the attempts: :class:`ToolApprovalNeeded` leaves, carrying the
+        tool calls made so far, and nothing of the attempt is kept."""
         retries = skill.max_retries if skill.max_retries is not None else self.max_retries
         max_attempts = retries + 1
         calls: list[ToolCall] = []
@@ -162,13 +176,24 @@ class Acting:
         secrets = self.param_secrets(state, params)
         for number in range(1, max_attempts + 1):
             ctx = self.context(
-                skill, state, record_id, number, params=params, key=key, secrets=secrets
+                skill,
+                state,
+                record_id,
+                number,
+                params=params,
+                key=key,
+                secrets=secrets,
+                approved=approved,
             )
             # An effect is probed before every run: its key belongs to the logical
             # step, so it may have happened already (a crash, a failed attempt, a
             # re-decision, a rollback that kept its effects).
             probe = skill.effects
-            result = self.attempt(skill, state, params, ctx, probe=probe, secrets=secrets)
+            try:
+                result = self.attempt(skill, state, params, ctx, probe=probe, secrets=secrets)
+            except ToolApprovalNeeded as paused:
+                paused.calls = (*calls, *ctx.calls)  # they ran: the event says so
+                raise
             calls += ctx.calls
             if result.failure is None:
                 draft = self._succeeded(
@@ -333,6 +358,7 @@ class Acting:
         key: str | None = None,
         compensating: bool = False,
         secrets: tuple[str, ...] = (),
+        approved: tuple[ToolApproval, ...] = (),
     ) -> SkillContext:
         ctx = SkillContext(
             skill=skill.name,
@@ -349,6 +375,9 @@ class Acting:
         )
         # Built after the context: a per-task factory may take it (artifacts, the key).
         ctx.bind_tools({name: _tool(self.agent.tools[name], state, ctx) for name in skill.tools})
+        gates = {n: t for n in skill.tools if isinstance(t := self.agent.tools[n], Gated)}
+        if gates and not compensating:
+            ctx.gate = ToolGate(skill.name, state, gates, approved)
         return ctx
 
     def _succeeded(
@@ -420,6 +449,7 @@ class Acting:
         rolled_back = "no rollback declared"
         compensated = False
         if skill.has_rollback and ctx is not None:
+            ctx.gate = None  # undoing a failed attempt does not wait for a person
             try:
                 skill.rollback(state, outcome, ctx)
                 rolled_back = "rolled back"
@@ -586,8 +616,10 @@ class Acting:
 
 
 def _tool(
-    tool: Callable[..., Any] | PerTask, state: AgentState, ctx: SkillContext
+    tool: Callable[..., Any] | PerTask | Gated, state: AgentState, ctx: SkillContext
 ) -> Callable[..., Any]:
+    if isinstance(tool, Gated):  # the gate is the context's (ctx.gate), the tool is the tool
+        tool = tool.tool
     return tool.build(state, ctx) if isinstance(tool, PerTask) else tool
 
 

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from skillstate._validation import first_error
+from skillstate.control.gates import Gated
 from skillstate.control.signals import Signal, signal_problems, signal_specs
 from skillstate.control.strategy import MESSAGE_STRATEGIES, MessageStrategy
 from skillstate.engine.policy import Policy
@@ -103,8 +104,10 @@ class Agent(Generic[S]):
     machine: StateMachine
     skills: SkillRegistry
     policy: Policy[S]
-    tools: Mapping[str, Callable[..., Any] | PerTask] = field(default_factory=dict)
-    """Tools by name: a callable, or :func:`per_task` to build one from each task's state."""
+    tools: Mapping[str, Callable[..., Any] | PerTask | Gated] = field(default_factory=dict)
+    """Tools by name: a callable, or :func:`per_task` to build one from each task's state;
+    either wrapped in :func:`~skillstate.control.gates.gated` when a person approves its
+    calls first."""
     goal: str = ""
     constraints: Sequence[str] = ()
     plan: Sequence[str] = ()

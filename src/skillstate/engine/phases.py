@@ -28,7 +28,7 @@ from skillstate.engine.settle import Settling
 from skillstate.engine.stale import stale_steps
 from skillstate.engine.trace import Tracer
 from skillstate.engine.transcript import conversation
-from skillstate.errors import DecisionFailed, UsageError
+from skillstate.errors import DecisionFailed, ToolApprovalNeeded, UsageError
 from skillstate.events import TokenUsage, utcnow
 from skillstate.llm.base import Prices
 from skillstate.skills.binding import fill
@@ -126,7 +126,13 @@ class Phases:
                     state, action, intent, view=view, started=started, usage=usage
                 )
         # act
-        draft = self._acting.handle(state, action, step_id)
+        try:
+            draft = self._acting.handle(state, action, step_id)
+        except ToolApprovalNeeded as paused:  # a gated tool: a person approves it first
+            assert isinstance(action, CallSkill)  # only a skill's run calls tools
+            return self._approvals.request_tool(
+                state, action, paused, step_id, view=view, started=started, usage=usage
+            )
         draft.usage = usage
         # settle
         if draft.failed is None and draft.skill is None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from skillstate.control.tool_approvals import park
 from skillstate.engine.act import Acting
 from skillstate.engine.actions import CallSkill
 from skillstate.engine.agent import Agent
@@ -27,7 +28,12 @@ from skillstate.engine.draft import Draft, decision, reject, signature
 from skillstate.engine.effects import base_key, current_key, effect_key
 from skillstate.engine.guard import Guard
 from skillstate.engine.results import StepReport
-from skillstate.errors import ActionRejected, CompensationFailed, IllegalTransition
+from skillstate.errors import (
+    ActionRejected,
+    CompensationFailed,
+    IllegalTransition,
+    ToolApprovalNeeded,
+)
 from skillstate.events import TokenUsage, utcnow
 from skillstate.state.model import AgentState, ErrorEntry, Intent
 from skillstate.state.protect import masked_params, open_params, seal_params, secret_texts
@@ -174,15 +180,34 @@ class Settling:
             message = str(exc).splitlines()[0]
             draft = reject(state, step_number, "action_rejected", message, intent.skill)
         else:
-            draft = self._acting.attempts(
-                state,
-                action,
-                skill,
-                params=params,
-                target=intent.target,
-                step_id=step_number,
-                key=intent.key,
-            )
+            try:
+                draft = self._acting.attempts(
+                    state,
+                    action,
+                    skill,
+                    params=params,
+                    target=intent.target,
+                    step_id=step_number,
+                    key=intent.key,
+                    approved=intent.approved_tools,
+                )
+            except ToolApprovalNeeded as paused:  # a gated tool: a person approves it first
+                note = {
+                    "kind": "approval",
+                    "skill": intent.skill,
+                    "params": masked_params(intent.params),
+                    "key": intent.key,
+                }
+                return park(
+                    self._committer,
+                    self._acting,
+                    state,
+                    intent,
+                    paused,
+                    note=note,
+                    actor="runtime",
+                    started=started,
+                )
         changes: dict[str, Any] = {"pending_effect": None}
         outcome = "done" if draft.failed is None else "unverified"
         if draft.failed is not None and draft.compensated:

@@ -27,6 +27,7 @@ from skillstate.state.model import Evidence, Fingerprint
 from skillstate.store.sealing import read_artifact, write_artifact
 
 if TYPE_CHECKING:
+    from skillstate.control.gates import ToolGate
     from skillstate.state.redact import Redactor
     from skillstate.store.base import Store
 
@@ -116,6 +117,10 @@ class SkillContext:
         self.fingerprints: list[Fingerprint] = []
         self.found_by_probe = False
         """Set by the runtime when this attempt's outcome came from the skill's probe."""
+        self.gate: ToolGate | None = None
+        """The skill's gated tools (:mod:`skillstate.control.gates`): a call that needs a
+        person's approval stops the run here. Set by the runtime for a run and a probe,
+        not for a rollback (an undo does not wait for a person)."""
 
     def bind_tools(self, tools: Mapping[str, Tool]) -> None:
         """Add tools built for this context (the runtime's per-task tools take it)."""
@@ -138,6 +143,8 @@ class SkillContext:
         fn = self._tools.get(tool)
         if fn is None:
             raise ToolNotAllowed(self.skill, tool, self._tools)
+        if self.gate is not None:  # may stop the run: ToolApprovalNeeded
+            args = self.gate.args_for(tool, args)
         with trace.current().span("skillstate.tool", {"skillstate.tool": tool}) as span:
             result = self._call(tool, fn, errors, args)
             if isinstance(result, ToolError):
@@ -173,6 +180,8 @@ class SkillContext:
             raise ToolNotAllowed(self.skill, tool, self._tools)
         if retries < 0 or backoff < 0 or (timeout is not None and timeout <= 0):
             raise UsageError("acall: retries and backoff must be >= 0, timeout > 0")
+        if self.gate is not None:
+            args = self.gate.args_for(tool, args)
         with trace.current().span("skillstate.tool", {"skillstate.tool": tool}) as span:
             for number in range(retries + 1):
                 started = time.perf_counter()

@@ -47,6 +47,7 @@ __all__ = [
     "Received",
     "StepRecord",
     "TaskStatus",
+    "ToolApproval",
     "UsageTotals",
     "UserInput",
     "UserMessage",
@@ -95,6 +96,19 @@ class Fingerprint(_Record):
     """The digest when the step ran (``absent`` for a missing file)."""
 
 
+class ToolApproval(_Record):
+    """One call of a gated tool (``gated(tool, approval=...)``) that a person is asked
+    about, or approved, for one step (:mod:`skillstate.control.tool_approvals`)."""
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    """The arguments the skill called the tool with (as JSON), sealed where the
+    redaction policy would mask them: what a later call must match to run."""
+    edits: dict[str, Any] = Field(default_factory=dict)
+    """Arguments a person changed when approving (validated, sealed likewise): they
+    replace those of the same name in the matching call."""
+
+
 class Intent(_Record):
     """An effect the runtime committed to run, recorded before it runs.
 
@@ -111,6 +125,12 @@ class Intent(_Record):
     key: str
     """The idempotency key handed to the skill (see :func:`skillstate.engine.effects.effect_key`):
     the same for every attempt, resume and re-decision of this logical step."""
+    tool: ToolApproval | None = None
+    """In a pending approval: the gated tool call the skill's run stopped at (the
+    approval is for that call, not for the whole skill)."""
+    approved_tools: tuple[ToolApproval, ...] = ()
+    """Gated tool calls people approved for this step: when it runs again, a call that
+    matches one runs without asking."""
 
 
 class Compensation(_Record):

@@ -66,7 +66,8 @@ class TaskView:
     """Why the task's agent is not used (the pages then show what is stored)."""
     question: str | None
     approval: dict[str, Any] | None = None
-    """The call waiting for a person's approval (skill, masked params, reason, step)."""
+    """The call waiting for a person's approval (skill, masked params, reason, step, and
+    ``tool``: the tool call it waits on, ``{"tool", "args"}`` masked, or ``None``)."""
     wait: dict[str, Any] | None = None
     """What a ``waiting`` task waits for: kind (``until``/``signal``), signal, deadline
     (ISO UTC), reason and the step a timeout goes to."""
@@ -159,11 +160,20 @@ def _approval(pending: Any) -> dict[str, Any] | None:
     if not isinstance(pending, dict):
         return None
     params = pending.get("params")
+    tool = pending.get("tool")
+    call = None
+    if isinstance(tool, dict):  # the approval is for one tool call of the skill
+        args = tool.get("args")
+        call = {
+            "tool": str(tool.get("tool") or "?"),
+            "args": args if isinstance(args, dict) else {},
+        }
     return {
         "skill": str(pending.get("skill") or "?"),
         "params": params if isinstance(params, dict) else {},
         "reason": str(pending.get("reason") or ""),
         "step": pending.get("target"),
+        "tool": call,
     }
 
 
