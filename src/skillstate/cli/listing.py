@@ -19,7 +19,6 @@ import typer
 
 from skillstate.cli._app import JsonOpt, StoreOpt, app
 from skillstate.cli._common import _store
-from skillstate.store.base import is_reserved
 
 if TYPE_CHECKING:
     from skillstate.store.base import HeadInfo, Lease
@@ -81,6 +80,8 @@ def list_tasks(
 ) -> None:
     """Every task in the store: status, step, version, last update, agent and lease
     (alias: list)."""
+    from skillstate.store.base import is_reserved  # not at import: the CLI loads light
+
     wanted = _statuses(status)
     waiting = waiting or longer_than is not None
     if waiting:
