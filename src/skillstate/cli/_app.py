@@ -156,6 +156,26 @@ PriceOutOpt = Annotated[
     float | None,
     typer.Option("--price-out", min=0.0, help="Price per million completion tokens."),
 ]
+ActorOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--actor",
+        help="Who, for the audit log (default: $SKILLSTATE_ACTOR, else the OS user).",
+        show_default=False,
+    ),
+]
+HandOffOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--broker",
+        help="With a broker (or $SKILLSTATE_BROKER), write here and enqueue the task for "
+        "the workers instead of running it here.",
+        show_default=False,
+    ),
+]
+"""``--broker`` of the commands that write to a task and then run it on (reply,
+approve, reject, send, cancel, signal)."""
+HandOffQueueOpt = Annotated[str, typer.Option("--queue", help="With a broker: the queue.")]
 StalledOpt = Annotated[
     int,
     typer.Option(

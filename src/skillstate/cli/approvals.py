@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from skillstate.cli._app import (
+    ActorOpt,
     AgentOpt,
     BaseUrlOpt,
     CallsOpt,
     CostOpt,
+    HandOffOpt,
+    HandOffQueueOpt,
     MaxStepsOpt,
     ModelOpt,
     OnStallOpt,
@@ -40,25 +43,6 @@ if TYPE_CHECKING:
     from skillstate.state.model import AgentState
     from skillstate.store.base import Store
 
-ActorOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--actor",
-        help="Who decides, for the audit log (default: $SKILLSTATE_ACTOR, else the OS user).",
-        show_default=False,
-    ),
-]
-BrokerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--broker",
-        help="With a broker (or $SKILLSTATE_BROKER), commit the decision and enqueue the "
-        "task for the workers instead of running it here.",
-        show_default=False,
-    ),
-]
-QueueOpt = Annotated[str, typer.Option("--queue", help="With a broker: the queue.")]
-
 
 @app.command()
 def approve(
@@ -79,8 +63,8 @@ def approve(
     actor: ActorOpt = None,
     store: StoreOpt = None,
     agent_ref: AgentOpt = None,
-    broker: BrokerOpt = None,
-    queue: QueueOpt = "skillstate",
+    broker: HandOffOpt = None,
+    queue: HandOffQueueOpt = "skillstate",
     max_steps: MaxStepsOpt = 50,
     quiet: QuietOpt = False,
     model: ModelOpt = None,
@@ -145,8 +129,8 @@ def reject(
     actor: ActorOpt = None,
     store: StoreOpt = None,
     agent_ref: AgentOpt = None,
-    broker: BrokerOpt = None,
-    queue: QueueOpt = "skillstate",
+    broker: HandOffOpt = None,
+    queue: HandOffQueueOpt = "skillstate",
     max_steps: MaxStepsOpt = 50,
     quiet: QuietOpt = False,
     model: ModelOpt = None,
@@ -235,14 +219,12 @@ def _commit_and_enqueue(
     queue: str,
     verb: str,
 ) -> None:
-    from skillstate.cli.workers import _app, _send
+    from skillstate.cli.workers import _app, enqueue_task
     from skillstate.engine.runtime import Runtime
-    from skillstate.workers.settings import Message
 
     celery_app = _app(broker)  # no broker configured: refused before anything is written
     try:
         version = decide(Runtime(agent, db)).version
     finally:
         db.close()
-    _send(celery_app, Message(task_id, version, queue=queue))
-    typer.echo(f"{verb}; {task_id} (version {version}) enqueued to {queue}")
+    enqueue_task(celery_app, task_id, version, queue, note=verb)

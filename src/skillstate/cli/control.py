@@ -20,10 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from skillstate.cli._app import (
+    ActorOpt,
     AgentOpt,
     BaseUrlOpt,
     CallsOpt,
     CostOpt,
+    HandOffOpt,
+    HandOffQueueOpt,
     MaxStepsOpt,
     ModelOpt,
     OnStallOpt,
@@ -44,25 +47,6 @@ if TYPE_CHECKING:
     from skillstate.engine.agent import Agent
     from skillstate.store.base import Store
 
-ActorOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--actor",
-        help="Who asks, for the audit log (default: $SKILLSTATE_ACTOR, else the OS user).",
-        show_default=False,
-    ),
-]
-BrokerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--broker",
-        help="With a broker (or $SKILLSTATE_BROKER), post and enqueue the task for the "
-        "workers instead of running it here.",
-        show_default=False,
-    ),
-]
-QueueOpt = Annotated[str, typer.Option("--queue", help="With a broker: the queue.")]
-
 
 @app.command()
 def send(
@@ -71,8 +55,8 @@ def send(
     actor: ActorOpt = None,
     store: StoreOpt = None,
     agent_ref: AgentOpt = None,
-    broker: BrokerOpt = None,
-    queue: QueueOpt = "skillstate",
+    broker: HandOffOpt = None,
+    queue: HandOffQueueOpt = "skillstate",
     max_steps: MaxStepsOpt = 50,
     quiet: QuietOpt = False,
     model: ModelOpt = None,
@@ -137,8 +121,8 @@ def cancel(
     actor: ActorOpt = None,
     store: StoreOpt = None,
     agent_ref: AgentOpt = None,
-    broker: BrokerOpt = None,
-    queue: QueueOpt = "skillstate",
+    broker: HandOffOpt = None,
+    queue: HandOffQueueOpt = "skillstate",
     quiet: QuietOpt = False,
 ) -> None:
     """Cancel a task between two steps (a worker holding it stops at its next step
@@ -163,20 +147,15 @@ def _handed_over(
 ) -> bool:
     """Whether someone else takes the post from here: the live holder of the task's
     lease, or the workers (a broker is configured: the task is enqueued)."""
-    from datetime import datetime, timezone
-
     if broker or os.environ.get("SKILLSTATE_BROKER"):
-        from skillstate.cli.workers import _app, _send
-        from skillstate.workers.settings import Message
+        from skillstate.cli.workers import enqueue_task
 
-        celery_app = _app(broker)
         version = db.load(task_id, verify=False).version
         db.close()
-        _send(celery_app, Message(task_id, version, queue=queue))
-        typer.echo(f"{what} {seq} posted; {task_id} (version {version}) enqueued to {queue}")
+        enqueue_task(broker, task_id, version, queue, note=f"{what} {seq} posted")
         return True
     lease = db.lease(task_id)
-    if lease is not None and lease.expires_at > datetime.now(timezone.utc):
+    if lease is not None and lease.live():
         db.close()
         typer.echo(
             f"{what} {seq} posted; {lease.worker} holds {task_id} and takes it at its next "

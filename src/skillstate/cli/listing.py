@@ -138,10 +138,6 @@ def _utc(when: datetime) -> str:
     return when.astimezone(timezone.utc).replace(tzinfo=None).isoformat(" ", "seconds")
 
 
-def _live(lease: Lease, now: datetime) -> bool:
-    return lease.expires_at > now
-
-
 def _expiry(lease: Lease) -> datetime | None:
     """The lease's expiry, or ``None`` when the stored one does not read."""
     from skillstate.store.chain import UNREADABLE_EXPIRY
@@ -164,7 +160,7 @@ def _as_json(head: HeadInfo, now: datetime) -> dict[str, Any]:
         else {
             "worker": lease.worker,
             "expires_at": expiry.isoformat() if expiry else None,
-            "live": _live(lease, now) if expiry and head.lease_problem is None else None,
+            "live": lease.live(now) if expiry and head.lease_problem is None else None,
             "generation": lease.generation,
         },
         "problem": head.problem,
@@ -222,7 +218,7 @@ def _lease_cell(head: HeadInfo, now: datetime) -> str:
     expiry = _expiry(lease)
     if head.lease_problem or expiry is None:
         return f"{lease.worker} (damaged)"
-    if _live(lease, now):
+    if lease.live(now):
         return f"{lease.worker} (live until {_utc(expiry)})"
     return f"{lease.worker} (expired {_utc(expiry)})"
 

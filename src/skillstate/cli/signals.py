@@ -11,7 +11,6 @@ workers instead.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
@@ -21,6 +20,8 @@ from skillstate.cli._app import (
     BaseUrlOpt,
     CallsOpt,
     CostOpt,
+    HandOffOpt,
+    HandOffQueueOpt,
     MaxStepsOpt,
     ModelOpt,
     OnStallOpt,
@@ -57,18 +58,8 @@ def signal(
     data: DataOpt = "{}",
     store: StoreOpt = None,
     agent_ref: AgentOpt = None,
-    broker: Annotated[
-        str | None,
-        typer.Option(
-            "--broker",
-            help="With a broker (or $SKILLSTATE_BROKER), deliver the signal and enqueue the "
-            "task for the workers instead of running it here.",
-            show_default=False,
-        ),
-    ] = None,
-    queue: Annotated[str, typer.Option("--queue", help="With a broker: the queue.")] = (
-        "skillstate"
-    ),
+    broker: HandOffOpt = None,
+    queue: HandOffQueueOpt = "skillstate",
     max_steps: MaxStepsOpt = 50,
     quiet: QuietOpt = False,
     model: ModelOpt = None,
@@ -103,7 +94,7 @@ def signal(
     wait = state.wait
     waits_for_it = state.status.value == "waiting" and wait is not None and wait.signal == name
     lease = db.lease(task_id)
-    held = lease is not None and lease.expires_at > datetime.now(timezone.utc)
+    held = lease is not None and lease.live()
     if not waits_for_it or held:
         why = (
             f"a worker ({lease.worker}) holds it and consumes it"

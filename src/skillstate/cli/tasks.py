@@ -13,6 +13,8 @@ from skillstate.cli._app import (
     BaseUrlOpt,
     CallsOpt,
     CostOpt,
+    HandOffOpt,
+    HandOffQueueOpt,
     InputOpt,
     MaxStepsOpt,
     ModelOpt,
@@ -243,18 +245,8 @@ def reply(
     price_out: PriceOutOpt = None,
     max_stalled: StalledOpt = 10,
     on_stall: OnStallOpt = "fail",
-    broker: Annotated[
-        str | None,
-        typer.Option(
-            "--broker",
-            help="With a broker (or $SKILLSTATE_BROKER), commit the reply and enqueue the "
-            "task for the workers instead of running it here.",
-            show_default=False,
-        ),
-    ] = None,
-    queue: Annotated[str, typer.Option("--queue", help="With a broker: the queue.")] = (
-        "skillstate"
-    ),
+    broker: HandOffOpt = None,
+    queue: HandOffQueueOpt = "skillstate",
     into: Annotated[
         str | None,
         typer.Option(
@@ -269,15 +261,15 @@ def reply(
     db = _store(store)
     agent = _agent_for(db, task_id, agent_ref)
     if broker or os.environ.get("SKILLSTATE_BROKER"):
-        from skillstate.cli.workers import enqueue_reply
+        from skillstate.cli.workers import _app, enqueue_task
         from skillstate.engine.runtime import Runtime
-        from skillstate.workers.settings import broker_url
 
-        url = broker_url(broker)
-        assert url is not None
-        replied = Runtime(agent, db).reply(task_id, text, into=into)
-        db.close()
-        enqueue_reply(url, task_id, replied.version, queue)
+        celery_app = _app(broker)  # no broker configured: refused before the reply is written
+        try:
+            replied = Runtime(agent, db).reply(task_id, text, into=into)
+        finally:
+            db.close()
+        enqueue_task(celery_app, task_id, replied.version, queue, note="replied")
         return
     _drive(
         agent,

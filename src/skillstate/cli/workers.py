@@ -251,20 +251,17 @@ def _requeue_stranded(
     typer.echo(f"{len(found)} stranded task(s) requeued (no commit for {older_than:g}s or more)")
 
 
-def enqueue_reply(broker: str, task_id: str, version: int, queue: str) -> None:
-    """What ``reply`` does after committing the reply when a broker is configured."""
+def enqueue_task(
+    broker: str | Celery | None, task_id: str, version: int, queue: str, *, note: str
+) -> None:
+    """Enqueue a task after a write made here (a reply, an approval, a post to its
+    inbox): one message for the version it is at, then ``note`` and where it went.
+    ``broker`` may be an app built beforehand, to refuse a missing broker before the
+    write."""
     from skillstate.workers.settings import Message
 
-    _send(_app(broker), Message(task_id, version, queue=queue))
-    typer.echo(f"replied; {task_id} (version {version}) enqueued to {queue}")
-
-
-def enqueue_task(broker: str | None, task_id: str, version: int, queue: str, *, note: str) -> None:
-    """Enqueue a task after a write made here without a commit (a signal in its inbox):
-    one message for the version it is at, then ``note`` and where it went."""
-    from skillstate.workers.settings import Message
-
-    _send(_app(broker), Message(task_id, version, queue=queue))
+    celery_app = _app(broker) if broker is None or isinstance(broker, str) else broker
+    _send(celery_app, Message(task_id, version, queue=queue))
     typer.echo(f"{note}; {task_id} (version {version}) enqueued to {queue}")
 
 

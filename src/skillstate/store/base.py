@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Protocol, runtime_checkable
 
 from skillstate.errors import StoreError, UsageError
@@ -116,6 +116,10 @@ class Lease:
     commit that carries an older generation than the task's is refused
     (:class:`~skillstate.errors.LeaseLost`), so a worker that was taken over can
     never write again."""
+
+    def live(self, now: datetime | None = None) -> bool:
+        """Whether the lease still holds at ``now`` (default: the current time)."""
+        return self.expires_at > (now or datetime.now(timezone.utc))
 
 
 @dataclass(frozen=True)

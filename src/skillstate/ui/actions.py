@@ -35,7 +35,6 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -154,7 +153,7 @@ def signal(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any])
     found = state.get("wait")
     wait = found if isinstance(found, dict) else {}
     lease = source.store.lease(task_id)
-    held = lease is not None and lease.expires_at > datetime.now(timezone.utc)
+    held = lease is not None and lease.live()
     if state.get("status") != "waiting" or wait.get("signal") != name or held:
         return f"delivered signal {name} (inbox #{seq}); the task consumes it when it waits for it"
     _write_then_run(ui, source, task_id, lambda runtime: runtime.load(task_id))
