@@ -125,6 +125,8 @@ def stamp(state: TickState, params: NoParams, ctx: SkillContext) -> Outcome:
 
 @stamp.verifier
 def _stamped(state: TickState, outcome: Outcome) -> Verdict:
+    if state.done != outcome.writes.get("done"):
+        return Verdict.failed("the stamp was not counted")
     return Verdict.passed()
 
 

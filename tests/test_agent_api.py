@@ -208,7 +208,7 @@ class TestSkills:
             """Fail deep inside."""
             return {"label": _deep_failure()}  # type: ignore[return-value]
 
-        boom.verifier(lambda s, o: True)
+        boom.verifier(lambda s, o: s.label is not None)
         agent = Agent(
             name="boom",
             state_type=Counter,

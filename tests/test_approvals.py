@@ -248,8 +248,9 @@ class TestReject:
         assert decided.action["reason"] == "over the monthly limit"
 
     def test_the_same_call_rejected_again_stalls(self, store: Store, tmp_path: Path) -> None:
-        """A policy that proposes the rejected call again and again stalls (the guard
-        counts rejections as failed decisions)."""
+        """A policy that proposes the rejected call again is refused without asking the
+        person again (a rejected call stays rejected until what it read changes, issue
+        26), and stalls: the guard counts the refusal as a repeat of the rejection."""
         from dataclasses import replace
 
         from skillstate import CallSkill, ScriptedPolicy
@@ -262,11 +263,15 @@ class TestReject:
         )
         runtime = Runtime(stubborn, store, max_repeats=2)
         runtime.start("t1", ledger=str(tmp_path / "ledger.txt"))
-        for _ in range(2):
-            assert runtime.run("t1").stopped == "waiting_approval"
-            last = runtime.reject("t1", reason="no", actor="alice")
+        assert runtime.run("t1").stopped == "waiting_approval"
+        runtime.reject("t1", reason="no", actor="alice")
+        last = runtime.run("t1").state  # not put to alice again
         assert last.status is TaskStatus.FAILED
         assert last.errors[-1].kind == "stalled"
+        refused = last.errors[-2]
+        assert refused.kind == "action_rejected"
+        assert "was rejected at step" in refused.message
+        assert "rejected by alice: no" in refused.message
         assert _payments(tmp_path) == []
 
 

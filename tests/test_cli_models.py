@@ -137,6 +137,29 @@ def test_run_with_a_replayed_model(tmp_path: Path, cli_env: None) -> None:
     assert all(e["usage"]["calls"] == 1 for e in policy_events)
 
 
+def test_run_with_the_hybrid_policy(tmp_path: Path, cli_env: None) -> None:
+    """--policy hybrid:N: the last N raw messages and the state, through the CLI."""
+    cassette = tmp_path / "shop.json"
+    recorder = RecordingProvider(ScriptedProvider(follow_plan, name="planner"), cassette)
+    agent = replace(shop_agent(), policy=policy_for("hybrid:2", recorder), ref=SHOP)
+    assert Runtime(agent, MemoryStore()).run("S", create=True).stopped == "completed"
+    store = store_url(tmp_path)
+    code, out, err = run_cli(
+        tmp_path, "run", SHOP, "--task-id", "S", "--model", f"replay:{cassette}",
+        "--policy", "hybrid:2", "-q", "--store", store,
+    )  # fmt: skip
+    assert code == 0, out + err
+    state = head_state(store, "S")
+    assert (state["total"], state["ordered"]) == (30, True)
+    assert state["driver"]["policy"] == "hybrid:2"
+    code, out, err = run_cli(
+        tmp_path, "run", SHOP, "--task-id", "X", "--model", f"replay:{cassette}",
+        "--policy", "hybrid:0", "--store", store,
+    )  # fmt: skip
+    assert code == 2, out + err
+    assert "hybrid:N" in err
+
+
 def test_resume_names_the_recorded_model_and_continues_with_the_one_given(
     tmp_path: Path, cli_env: None
 ) -> None:

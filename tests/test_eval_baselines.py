@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from skillstate.engine.policy import STATE_HEADER
 from skillstate.errors import UsageError
 from skillstate.eval.baselines import SUMMARY_HEADER
 from skillstate.eval.runner import oracle_factory, run_task
@@ -118,14 +119,18 @@ class TestPromptShapes:
     def test_hybrid_is_the_state_view_plus_the_last_n(
         self, short_and_medium: list[TaskSpec], tmp_path: Path
     ) -> None:
-        """At every decision: the system prompt, the history's last N messages, the state view."""
+        """At every decision: the system prompt (saying the state wins), the history's last
+        N messages, the state view."""
         recording = _record(short_and_medium[1], "history,state,hybrid", tmp_path, window=2)
         history, state = recording.decisions("history"), recording.decisions("state")
         hybrid = recording.decisions("hybrid")
         assert len(hybrid) == len(history) == len(state) > 5
         for full, card, mixed in zip(history, state, hybrid, strict=True):
+            assert "the state is right" in mixed[0].content
             assert mixed[1:-1] == full[1:][-2:]
-            assert mixed[-1] == card[-1]  # the state view, as the state variant sends it
+            # The state view, as the state variant sends it, under a header saying it wins.
+            assert mixed[-1].role == card[-1].role == "user"
+            assert mixed[-1].content == STATE_HEADER + card[-1].content
 
     def test_summary_calls_the_provider_every_k_and_replaces_older_messages(
         self, short_and_medium: list[TaskSpec], tmp_path: Path

@@ -41,6 +41,12 @@ class Put(BaseModel):
     n: int = 1
 
 
+def _added(state: Box, outcome: Outcome) -> Verdict:
+    if state.items != outcome.writes["items"]:
+        return Verdict.failed("the items were not added")
+    return Verdict.passed()
+
+
 def agent_with(
     decide: Callable[[View], Action],
     *,
@@ -59,7 +65,7 @@ def agent_with(
         seen.append(params.n)
         return Outcome(writes={"items": state.items + params.n})
 
-    put.verifier(verify or (lambda state, outcome: Verdict.passed()))
+    put.verifier(verify or _added)
     put.rollbacker(lambda state, outcome, ctx: undone.append(1))
     return Agent(
         name="box",

@@ -35,6 +35,7 @@ from skillstate import (
     Verdict,
     View,
     migration,
+    patched,
 )
 from skillstate.errors import SchemaTooNew, StateCorrupted
 from skillstate.state.migrate import (
@@ -167,6 +168,8 @@ def v2_agent(state_type: type[AgentState] = TicketV2) -> Agent:
         skills=skills,
         policy=ScriptedPolicy(decide),
         goal="close the ticket",
+        # v1's intake skills are gone on purpose: its tasks are carried across (issue 26).
+        patches=[patched("ticket-v2", removed=["record_customer", "record_prio"])],
     )
 
 
@@ -282,7 +285,7 @@ class TestUpgrade:
         state = result.state
         assert isinstance(state, TicketV2)
         assert state.resolution == "called Ada (high)"
-        assert state.version == 5
+        assert state.version == 6  # v4 carried it across the ticket-v2 patch (re-pinned)
         head = store.load(TASK).state
         assert head["schema_version"] == 2
         assert "customer" not in head
@@ -309,7 +312,7 @@ class TestUpgrade:
             observer=lambda r: committed.update({r.after.version: r.after.to_json()}),
         )
         runtime.run(TASK)
-        assert sorted(committed) == [4, 5]
+        assert sorted(committed) == [4, 5, 6]  # 4: carried across the ticket-v2 patch
         for version, document in committed.items():
             assert store.checkpoint(TASK, version).state == document
 
@@ -385,7 +388,8 @@ class TestRefusals:
         field: str,
     ) -> None:
         """A broken record is StateCorrupted naming the field; nothing is overwritten."""
-        Runtime(v2_agent(), store).run(TASK, max_steps=1)  # the head is now a v2 record
+        # The head is now a v2 record: carried across the patch (4), one step (5).
+        Runtime(v2_agent(), store).run(TASK, max_steps=1)
         store.close()
         edit_head(db_path, change)
         before = raw_rows(db_path)
@@ -398,7 +402,7 @@ class TestRefusals:
             assert error.field == field
             if field != "task_id":  # with the record's own id broken, the runtime must say
                 assert error.task_id == TASK
-            assert error.version == 4
+            assert error.version == 5
             assert "\n" not in str(error)
             assert f"field {field!r}" in str(error)
             with pytest.raises(StateCorrupted):

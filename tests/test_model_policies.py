@@ -29,7 +29,9 @@ from skillstate.bench.tokens import compare
 from skillstate.engine.actions import CallSkill, Finish, decision_schema, validate_decision
 from skillstate.engine.agent import agent_factory
 from skillstate.engine.policy import (
+    STATE_HEADER,
     HistoryPolicy,
+    HybridPolicy,
     StatePolicy,
     WindowPolicy,
     policy_for,
@@ -393,12 +395,35 @@ class TestBaselines:
         assert max(len(p) for p in prompts) == 3
         assert not any("Never order" in m.content for m in prompts[-1])
 
+    def test_hybrid_sends_the_last_n_then_the_state_that_wins(self) -> None:
+        """hybrid:2: the system prompt saying the state wins, at most two raw messages, then
+        the state view under a header saying it is verified; the constraints stay in it."""
+        prompts = self._prompts("hybrid:2")
+        assert len(prompts) > 3
+        for prompt in prompts:
+            assert "If the messages and the state disagree, the state is right" in prompt[0].content
+            assert 2 <= len(prompt) <= 4
+            assert prompt[-1].role == "user"
+            assert prompt[-1].content.startswith(STATE_HEADER + "## Task t\n")
+            assert "Never order more than 5 items." in prompt[-1].content
+        history = self._prompts("history")
+        assert [p[1:-1] for p in prompts] == [h[1:][-2:] for h in history]
+
+    def test_the_eval_baseline_is_the_shipped_policy(self) -> None:
+        """The eval harness's hybrid baseline is the engine's policy, not a copy."""
+        from skillstate.eval.baselines import HybridPolicy as EvalHybrid
+
+        assert EvalHybrid is HybridPolicy
+
     def test_bad_policy_specs(self) -> None:
         """Unknown policy specs are refused."""
         provider = ScriptedProvider(follow_plan)
-        for spec in ("window", "window:0", "window:x", "all", "state:3"):
+        for spec in ("window", "window:0", "window:x", "all", "state:3", "hybrid", "hybrid:0"):
             with pytest.raises(UsageError):
                 policy_for(spec, provider)
+        hybrid = policy_for("hybrid:3", provider)
+        assert isinstance(hybrid, HybridPolicy)
+        assert hybrid.n == 3
         assert isinstance(policy_for("window:3", provider), WindowPolicy)
         assert isinstance(policy_for("history", provider), HistoryPolicy)
         assert isinstance(policy_for("state", provider), StatePolicy)
@@ -485,7 +510,7 @@ def test_the_reply_budget_fits_the_longest_reply_the_schema_allows() -> None:
     """A grammar-constrained model may fill every string: max_tokens must leave room."""
     from pydantic import BaseModel, Field
 
-    from skillstate.engine.actions import (
+    from skillstate.engine.schema import (
         REPLY_TOKENS_MAX,
         REPLY_TOKENS_MIN,
         decision_schema,
@@ -510,7 +535,7 @@ def test_the_decision_schema_bounds_every_string_array_and_free_value() -> None:
 
     from pydantic import BaseModel
 
-    from skillstate.engine.actions import MAX_ITEMS, TEXT_CHARS, decision_schema
+    from skillstate.engine.schema import MAX_ITEMS, TEXT_CHARS, decision_schema
 
     class Params(BaseModel):
         names: list[str]

@@ -115,7 +115,9 @@ def test_rotation_end_to_end(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
         use_keys(monkeypatch, key_b, key_a)
         results = [rekey_task(store, t) for t in ("t1", "t2")]
         assert all(r.values > 0 and r.bodies > 0 for r in results)
-        assert rekey_artifacts(store) == len(expected_artifacts)
+        # Every sealed artifact: all but the agent's definition manifest (stored plain:
+        # it holds names, versions and schema digests, no secret).
+        assert rekey_artifacts(store) == len(expected_artifacts) - 1 == len(sealed_artifacts)
         assert store.lease("t1") is None  # the rekey's lease is released
 
         # A second rekey finds nothing left, and changes nothing.

@@ -86,7 +86,7 @@ def make_agent(
         """Writes a field it did not declare."""
         return Outcome(writes={"count": 1, "note": "not mine"})
 
-    sneaky.verifier(lambda state, outcome: True)
+    sneaky.verifier(lambda state, outcome: state.count == outcome.writes["count"])
 
     @skills.skill(outputs=["note"])
     def borrow(state: CounterState, params: NoParams, ctx: SkillContext) -> Outcome:
@@ -442,7 +442,7 @@ class TestAgentDefinition:
         def odd(state: AgentState, params: NoParams, ctx: SkillContext) -> Outcome:
             return Outcome()
 
-        odd.verifier(lambda s, o: True)
+        odd.verifier(lambda s, o: not o.writes)
         with pytest.raises(UsageError) as info:
             Agent("a", AgentState, MACHINE, skills, ScriptedPolicy(count_to(1)))
         message = str(info.value)

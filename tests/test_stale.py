@@ -115,13 +115,15 @@ def test_without_the_undo_the_task_could_not_finish_on_a_broken_file(tmp_path: P
     runtime.run("t")  # fix and publish
     target.write_text("BROKEN AGAIN\n")
     stale = runtime.recheck("t")
-    assert [r.skill for r in stale] == ["fix"]
+    # publish declares no reads: it may have used the fix, so it is not trusted either.
+    assert [r.skill for r in stale] == ["fix", "publish"]
     state = runtime.load("t")
-    assert state.pending_steps == ("fix",)
+    assert state.pending_steps == ("fix", "publish")
     assert not state.fixed  # type: ignore[attr-defined]
+    assert not state.published  # type: ignore[attr-defined]
     runtime.agent.policy = ScriptedPolicy(lambda view: Finish())
     refused = runtime.step("t")
-    assert "steps still pending (fix)" in refused.after.errors[-1].message
+    assert "steps still pending (fix, publish)" in refused.after.errors[-1].message
 
 
 def test_a_recheck_skill_looks_at_the_world_right_before_it_runs(tmp_path: Path) -> None:

@@ -20,12 +20,17 @@ _EXPORTS: dict[str, str] = {
     "Fail": "skillstate.engine.actions",
     "Finish": "skillstate.engine.actions",
     "Revise": "skillstate.engine.actions",
+    "LoadEvidence": "skillstate.engine.actions",
     "WaitFor": "skillstate.engine.actions",
     "WaitUntil": "skillstate.engine.actions",
     "Signal": "skillstate.control.signals",
     "gated": "skillstate.control.gates",
     "parse_action": "skillstate.engine.actions",
     "Agent": "skillstate.engine.agent",
+    "Patch": "skillstate.definitions",
+    "is_patched": "skillstate.definitions",
+    "patched": "skillstate.definitions",
+    "DefinitionChanged": "skillstate.errors",
     "agent_factory": "skillstate.engine.agent",
     "load_agent": "skillstate.engine.agent",
     "per_task": "skillstate.engine.agent",
@@ -72,6 +77,7 @@ _EXPORTS: dict[str, str] = {
     "VerifyContext": "skillstate.skills.skill",
     "StateMachine": "skillstate.state.machine",
     "Sensitive": "skillstate.state.secrets",
+    "ViewPriority": "skillstate.state.budget",
     "migration": "skillstate.state.migrate",
     "AgentState": "skillstate.state.model",
     "Decision": "skillstate.state.model",
@@ -92,12 +98,14 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:
     from skillstate.control.gates import gated
     from skillstate.control.signals import Signal
+    from skillstate.definitions import Patch, is_patched, patched
     from skillstate.engine.actions import (
         Action,
         AskUser,
         CallSkill,
         Fail,
         Finish,
+        LoadEvidence,
         Revise,
         WaitFor,
         WaitUntil,
@@ -113,6 +121,7 @@ if TYPE_CHECKING:
         ApprovalNotPending,
         ArtifactNotFound,
         CompensationFailed,
+        DefinitionChanged,
         EffectsCrossed,
         IllegalTransition,
         InvalidStoreURL,
@@ -135,6 +144,7 @@ if TYPE_CHECKING:
     from skillstate.skills.context import SkillContext, ToolError
     from skillstate.skills.registry import SkillRegistry
     from skillstate.skills.skill import NoParams, Outcome, Skill, VerifyContext
+    from skillstate.state.budget import ViewPriority
     from skillstate.state.machine import StateMachine
     from skillstate.state.migrate import migration
     from skillstate.state.model import (
@@ -182,6 +192,7 @@ __all__ = [
     "Compensation",
     "CompensationFailed",
     "Decision",
+    "DefinitionChanged",
     "EffectsCrossed",
     "ErrorEntry",
     "Event",
@@ -194,12 +205,14 @@ __all__ = [
     "IllegalTransition",
     "InvalidStoreURL",
     "InvariantBroken",
+    "LoadEvidence",
     "MessageRefused",
     "MissingExtra",
     "NoParams",
     "OneOf",
     "Outcome",
     "OutputNotDeclared",
+    "Patch",
     "Policy",
     "Revise",
     "RunResult",
@@ -230,16 +243,19 @@ __all__ = [
     "Verdict",
     "VerifyContext",
     "View",
+    "ViewPriority",
     "WaitFor",
     "WaitUntil",
     "__version__",
     "agent_factory",
     "fork_task",
     "gated",
+    "is_patched",
     "load_agent",
     "migration",
     "open_store",
     "parse_action",
+    "patched",
     "per_task",
     "render_view",
     "rollback_task",

@@ -146,6 +146,9 @@ def print_state(state: AgentState) -> None:
 
     for key in ("task_id", "status", "goal", "current_step", "version", "agent"):
         row(key, str(data[key]))
+    if state.definition:  # the definition it is pinned to (skillstate.definitions)
+        carried = f" (carried across {', '.join(state.carried_patches)})"
+        row("definition", state.definition[:19] + (carried if state.carried_patches else ""))
     if state.question:
         row("question", state.question)
     if state.pending_approval is not None:
@@ -196,7 +199,12 @@ def print_events(events: Sequence[Event]) -> None:
 
 
 def _label(e: Event) -> str:
-    """The event's label; a person's decision on an approval also says who and why."""
+    """The event's label; a person's decision on an approval also says who and why; a
+    decision made with a skill retriever, the best candidates it was offered."""
+    if e.candidates:
+        best = ", ".join(f"{c.skill} {c.score:.2f}" for c in e.candidates[:3])
+        more = " …" if len(e.candidates) > 3 else ""
+        return f"{e.label}\n(of {len(e.candidates)}: {best}{more})"
     if e.action.get("kind") not in ("approve", "reject"):
         return e.label
     why = e.action.get("reason")
@@ -276,7 +284,8 @@ def print_doctor(report: DoctorReport) -> None:
 
 def print_tokens(events: Sequence[Event], prices: Prices | None) -> None:
     table = Table(title="tokens per decision")
-    for col in ("v", "decision", "model", "prompt", "completion", "cached", "calls", "repairs"):
+    columns = ("v", "decision", "model", "prompt", "completion", "cached", "calls", "repairs")
+    for col in (*columns, "view / budget"):
         table.add_column(col, justify="right" if col not in {"decision", "model"} else "left")
     if prices is not None:
         table.add_column("cost", justify="right")
@@ -295,6 +304,7 @@ def print_tokens(events: Sequence[Event], prices: Prices | None) -> None:
             f"{u.cached:,}",
             str(u.calls),
             str(u.repairs),
+            view_cell(e),
         ]
         for i, value in enumerate((u.prompt, u.completion, u.cached, u.calls, u.repairs)):
             totals[i] += value
@@ -303,12 +313,30 @@ def print_tokens(events: Sequence[Event], prices: Prices | None) -> None:
             cost_total += cost
             row.append(f"{cost:.6f}")
         table.add_row(*row)
-    total_row = ["", "total", "", *(f"{t:,}" for t in totals)]
+    total_row = ["", "total", "", *(f"{t:,}" for t in totals), ""]
     if prices is not None:
         total_row.append(f"{cost_total:.6f}")
     table.add_row(*total_row, style="bold")
     print_table(table)
     console.print("[dim]~ = counted offline (no provider usage)[/]")
+    over = [e for e in events if e.view_overrun]
+    if over:
+        worst = max(over, key=lambda e: e.view_overrun or 0)
+        console.print(
+            f"[yellow]{len(over)} decision(s) saw a view over its budget[/] even with "
+            f"everything hideable hidden (worst: v{worst.version}, {worst.view_overrun:,} "
+            "tokens over): raise Agent(view_budget=...), or keep less in the card"
+        )
+
+
+def view_cell(e: Event) -> str:
+    """``1,980 / 2,000``; ``2,310 / 2,000 (+310 over)`` for an overrun; ``-`` if unknown."""
+    if e.view_tokens is None:
+        return "-"
+    if e.view_budget is None:
+        return f"{e.view_tokens:,}"
+    over = f" (+{e.view_overrun:,} over)" if e.view_overrun else ""
+    return f"{e.view_tokens:,} / {e.view_budget:,}{over}"
 
 
 def print_token_bench(report: TokenReport) -> None:

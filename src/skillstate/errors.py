@@ -28,13 +28,16 @@ that callers (and the CLI's exit codes) can tell them apart::
     ├── StateError                  the state itself refuses a change
     │   ├── IllegalTransition       a step the state machine does not allow
     │   ├── OutputNotDeclared       a skill wrote a key outside its ``outputs``
-    │   └── SchemaTooNew            a stored state is newer than this code knows (exit 5)
+    │   ├── SchemaTooNew            a stored state is newer than this code knows (exit 5)
+    │   └── DefinitionChanged       a task is pinned to another definition of its agent,
+    │                               and nothing declared carries the change (exit 8)
     ├── ActionRejected              a decided action cannot run (unknown skill, ``when`` false,
     │                               invalid params); recorded in the error log
     │   └── DecisionFailed          a model's replies stayed invalid after every repair
     ├── ProviderError               a model call failed (network, server, missing model)
     ├── CompensationFailed          undoing an effect (a skill's rollback hook) failed
-    └── ToolNotAllowed              a skill called a tool it did not declare
+    ├── ToolNotAllowed              a skill called a tool it did not declare
+    └── FingerprintUnavailable      a skill fingerprinted a resource that cannot be read
 
     BaseException
     └── ToolApprovalNeeded          a skill called a gated tool with arguments nobody approved:
@@ -284,6 +287,39 @@ class SchemaTooNew(StateError):
         self.known = known
 
 
+class DefinitionChanged(StateError):
+    """A task is pinned to a definition of its agent that differs from this one.
+
+    The message names what changed (``skill 'fetch' removed, skill 'download' added``)
+    and nothing was written. Declare how running tasks cross the change in the agent
+    (``Agent(patches=[patched(...)])``, a state migration), resume with the code the
+    task started under, or accept the change (``accept_definition=True``,
+    ``--accept-definition``). ``blocked``: the card needs something this definition
+    lacks (its current step, the skill of its effect in flight): no declaration or
+    accept carries it, a person repairs the card first (``skillstate set``).
+    """
+
+    def __init__(
+        self,
+        task_id: str,
+        message: str,
+        *,
+        pinned: str | None,
+        current: str,
+        changes: Iterable[str] = (),
+        blocked: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.pinned = pinned
+        """The ref (``sha256:...``) of the definition the task is pinned to."""
+        self.current = current
+        """The ref of this agent's definition."""
+        self.changes = tuple(changes)
+        """The refused changes, one phrase each."""
+        self.blocked = blocked
+
+
 class ActionRejected(SkillstateError):
     """The policy decided an action that cannot run in the current state."""
 
@@ -344,6 +380,18 @@ class ToolNotAllowed(SkillstateError, PermissionError):
             f"skill {skill!r} may not call tool {tool!r}; "
             f"declared tools: {', '.join(sorted(allowed)) or 'none'}"
         )
+
+
+class FingerprintUnavailable(SkillstateError):
+    """``ctx.fingerprint(target, kind=...)`` could not read the resource (a database or
+    server down, a permission denied): a step cannot record that it relied on
+    something it could not see. Raised inside the skill's run, so the attempt fails
+    (``skill_error``) and is retried like any other."""
+
+    def __init__(self, kind: str, target: str, cause: str) -> None:
+        self.kind = kind
+        self.target = target
+        super().__init__(f"cannot fingerprint {kind} {target!r}: {cause}")
 
 
 class ToolApprovalNeeded(BaseException):

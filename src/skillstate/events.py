@@ -15,7 +15,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Actor", "Event", "SkillTransition", "TokenUsage", "ToolCall", "Verdict", "utcnow"]
+__all__ = [
+    "Actor",
+    "Candidate",
+    "Event",
+    "SkillTransition",
+    "TokenUsage",
+    "ToolCall",
+    "Verdict",
+    "utcnow",
+]
 
 Actor = Literal["policy", "user", "human", "runtime"]
 
@@ -85,6 +94,22 @@ class SkillTransition(_Record):
     reason: str = ""
 
 
+class Candidate(_Record):
+    """One skill a decision was offered by a skill retriever, with why (seed 004 §5.1)."""
+
+    skill: str
+    score: float
+    """What the candidates were ranked by: ``relevance`` weighted by the skill's record."""
+    relevance: float
+    """The retriever's relevance of the skill to the decision (0: no match)."""
+    success_rate: float | None = None
+    """Verified successes / attempts of the skill in this store (``None``: never run)."""
+    attempts: int = 0
+    """The attempts ``success_rate`` is measured over."""
+    pinned: bool = False
+    """Offered whatever its score: the plan's next step names it, or loaded instructions do."""
+
+
 class Event(_Record):
     """What one commit did. ``version`` is the version it produced."""
 
@@ -106,8 +131,19 @@ class Event(_Record):
     """RFC 6902 JSON Patch from version - 1 to this version."""
     view_tokens: int | None = None
     """Tokens of the prompt view the decision was made from."""
+    view_budget: int | None = None
+    """The token budget that view was fitted into (``None``: none, or never rendered)."""
+    view_overrun: int | None = None
+    """Tokens the view was still over :attr:`view_budget` with everything it may hide
+    hidden (``None``: it fit); see :mod:`skillstate.state.budget`."""
+    view_peek: str | None = None
+    """Ref of the raw evidence the view showed this decision (an earlier
+    ``load_evidence`` asked for it); the text itself is in no event."""
     usage: TokenUsage | None = None
     """Tokens (and cost) of the decision, for events a policy decided."""
+    candidates: tuple[Candidate, ...] | None = None
+    """The skills the decision was offered and their scores, when the agent retrieves
+    its skills (``Agent(retriever=...)``); ``None`` otherwise."""
     started_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime = Field(default_factory=utcnow)
 

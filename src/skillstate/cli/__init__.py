@@ -6,7 +6,9 @@ the task), 4 stopped by --max-steps or a budget (resumable), 5 the stored state 
 corrupted or newer than this code (nothing was written), 6 the task stalled: its
 decisions stopped making progress (failed, or parked for a person with --on-stall park),
 7 the store cannot be reached (a database or server down, refused, bad credentials),
-130 interrupted (Ctrl-C: the last committed step is kept; the hint names the task).
+8 the task is pinned to another definition of its agent and nothing declared carries the
+change (the message names it; nothing was written), 130 interrupted (Ctrl-C: the last
+committed step is kept; the hint names the task).
 
 Only typer is imported at start-up; the runtime, stores and rich tables load in
 the commands that use them, so ``skillstate --help`` stays fast.
@@ -28,6 +30,7 @@ import typer
 from skillstate.cli._app import (
     EXIT_CONFLICT,
     EXIT_CORRUPTED,
+    EXIT_DEFINITION,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -107,6 +110,7 @@ def _failed(exc: Exception) -> int:
     """One line on stderr for an error skillstate raised on purpose; its exit code."""
     from skillstate.errors import (
         Conflict,
+        DefinitionChanged,
         SchemaTooNew,
         StateCorrupted,
         StoreUnavailable,
@@ -123,6 +127,9 @@ def _failed(exc: Exception) -> int:
     if isinstance(exc, StoreUnavailable):
         _error(str(exc))
         return EXIT_UNAVAILABLE
+    if isinstance(exc, DefinitionChanged):
+        _error(str(exc))
+        return EXIT_DEFINITION
     if isinstance(exc, TaskNotFound) and exc.store is None and SESSION.store_url:
         exc = TaskNotFound(exc.task_id, SESSION.store_url)  # name the store the command opened
     _error(str(exc))

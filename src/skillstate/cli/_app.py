@@ -15,6 +15,7 @@ import typer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CONFLICT, EXIT_BUDGET, EXIT_CORRUPTED = 0, 1, 2, 3, 4, 5
 EXIT_STALLED, EXIT_UNAVAILABLE = 6, 7
+EXIT_DEFINITION = 8
 EXIT_INTERRUPTED = 130
 DEMOS = ("ticket", "orders", "ledger")
 
@@ -135,7 +136,7 @@ BaseUrlOpt = Annotated[
 ]
 PolicyOpt = Annotated[
     str,
-    typer.Option("--policy", help="What the model sees: state, history or window:N."),
+    typer.Option("--policy", help="What the model sees: state, hybrid:N, history or window:N."),
 ]
 RepairsOpt = Annotated[
     int, typer.Option("--max-repairs", min=0, help="Invalid replies sent back per decision.")
@@ -176,6 +177,15 @@ HandOffOpt = Annotated[
 """``--broker`` of the commands that write to a task and then run it on (reply,
 approve, reject, send, cancel, signal)."""
 HandOffQueueOpt = Annotated[str, typer.Option("--queue", help="With a broker: the queue.")]
+AcceptDefinitionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--accept-definition",
+        help="The task is pinned to another definition of its agent (skills, machine, state "
+        "schema): accept this one anyway, recorded with who accepted what ($SKILLSTATE_ACTOR, "
+        "else the OS user). Prefer declaring the change: Agent(patches=[patched(...)]).",
+    ),
+]
 StalledOpt = Annotated[
     int,
     typer.Option(

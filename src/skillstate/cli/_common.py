@@ -197,6 +197,7 @@ def _drive(
     fields: dict[str, object] | None = None,
     decisions: _Decisions | None = None,
     prelude: Callable[[Runtime[Any]], object] | None = None,
+    accept_definition: bool = False,
 ) -> NoReturn:
     """Run ``task_id`` here to its next stop and exit with its code. ``prelude`` is a
     person's write committed with the same runtime first (``approve``, ``reject``),
@@ -234,7 +235,9 @@ def _drive(
         prelude(runtime)
     # --input values are the replies after the ones the task already has.
     first = runtime.load(task_id).inputs_received if inputs else 0
-    result = runtime.run(task_id, inputs=inputs, inputs_from=first)
+    result = runtime.run(
+        task_id, inputs=inputs, inputs_from=first, accept_definition=accept_definition
+    )
     given = len(ahead) + len(inputs)
     unused = len(result.unused_inputs) + min(len(ahead), len(result.state.replies_ahead))
     if unused > 0:

@@ -92,14 +92,29 @@ def log(task_id: TaskArg, store: StoreOpt = None, as_json: JsonOpt = False) -> N
 
 @app.command()
 def view(task_id: TaskArg, store: StoreOpt = None, agent_ref: AgentOpt = None) -> None:
-    """The exact view the next decision would see, with its token count."""
+    """The exact view the next decision would see, with its token count (and budget)."""
+    from dataclasses import replace
+
     from skillstate._render import console
+    from skillstate.engine.evidence import reader
+    from skillstate.state.budget import DEFAULT_VIEW_BUDGET
+    from skillstate.state.secrets import secret_values
 
     db = _store(store, create=False)
     agent = _agent_for(db, task_id, agent_ref)
-    rendered = agent.view(agent.parse_state(db.load(task_id).state))
+    state = agent.parse_state(db.load(task_id).state)
+    # Raw evidence a decision asked for is shown, masked, as the next decision sees it.
+    masked = agent.redaction.redactor(secret_values(state))
+    rendered = replace(agent.view(state), artifact=reader(db, masked))
+    if state.driver is not None and agent.view_budget == "auto":
+        # A model decides this task (--model): its views have a model policy's budget.
+        rendered = replace(rendered, budget=DEFAULT_VIEW_BUDGET)
     console.print(rendered.text, markup=False)
-    console.print(f"[dim]{rendered.tokens} tokens ({rendered.tokenizer})[/]")
+    size = f"{rendered.tokens} tokens ({rendered.tokenizer})"
+    if rendered.budget is not None:
+        size += f", budget {rendered.budget}"
+        size += f", {rendered.overrun} over" if rendered.overrun else ""
+    console.print(f"[dim]{size}[/]")
 
 
 @app.command(name="replay")
@@ -178,7 +193,8 @@ def tokens(
     """Tokens (and cost, given prices) of every decision of a task, and the totals.
 
     Decisions no model made (a scripted policy) are estimated from their views,
-    rendered again with the task's agent (marked ~).
+    rendered again with the task's agent (marked ~). Each decision's view is shown
+    against its budget; a view over its budget (an overrun) is flagged.
     """
     from skillstate._render import print_tokens
     from skillstate.engine.transcript import decision_usage
@@ -196,7 +212,15 @@ def tokens(
         prices = Prices(input=price_in or 0.0, output=price_out or 0.0)
     if as_json:
         rows = [
-            {"version": e.version, **e.usage.model_dump(mode="json")} for e in events if e.usage
+            {
+                "version": e.version,
+                **e.usage.model_dump(mode="json"),
+                "view_tokens": e.view_tokens,
+                "view_budget": e.view_budget,
+                "view_overrun": e.view_overrun,
+            }
+            for e in events
+            if e.usage
         ]
         typer.echo(json.dumps(rows, indent=2))
         return

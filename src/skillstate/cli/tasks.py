@@ -9,6 +9,7 @@ import typer
 
 from skillstate.cli._app import (
     DEMOS,
+    AcceptDefinitionOpt,
     AgentOpt,
     BaseUrlOpt,
     CallsOpt,
@@ -199,6 +200,7 @@ def resume(
     price_out: PriceOutOpt = None,
     max_stalled: StalledOpt = 10,
     on_stall: OnStallOpt = "fail",
+    accept_definition: AcceptDefinitionOpt = False,
 ) -> None:
     """Continue a task from its stored state (after a stop, a crash or a budget)."""
     db = _store(store)
@@ -210,6 +212,7 @@ def resume(
         inputs=input or [],
         max_steps=max_steps,
         verbose=not quiet,
+        accept_definition=accept_definition,
         decisions=_Decisions(
             model,
             base_url,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from skillstate.cli._app import InputOpt, JsonOpt, StoreOpt, TaskIdOpt, app
+from skillstate.cli._app import AcceptDefinitionOpt, InputOpt, JsonOpt, StoreOpt, TaskIdOpt, app
 from skillstate.cli._common import _card_fields, _new_task_id, _queued_inputs, _store
 
 if TYPE_CHECKING:
@@ -88,6 +88,15 @@ def worker(
         ),
     ] = 600.0,
     loglevel: Annotated[str, typer.Option("--loglevel", help="Celery's log level.")] = "INFO",
+    route_definitions: Annotated[
+        bool,
+        typer.Option(
+            "--route-definitions",
+            help="Send a task pinned to a definition this worker does not have to that "
+            "definition's queue (QUEUE.def-DIGEST12) instead of dead-lettering it, and consume "
+            "the queues of the definitions of the --agent agents.",
+        ),
+    ] = False,
 ) -> None:
     """Start a Celery worker that advances skillstate tasks (SIGTERM: finish the step, stop)."""
     from skillstate.workers.advance import Advancer
@@ -108,8 +117,11 @@ def worker(
         # unacknowledged, to another worker (see WorkerSettings.max_countdown).
         max_countdown=min(WorkerSettings.max_countdown, 0.8 * visibility_timeout),
         agents=frozenset(agent or ()),
+        route_definitions=route_definitions,
     )
     names = [q for given in (queues or [DEFAULT_QUEUE]) for q in given.split(",") if q]
+    if route_definitions:
+        names = _definition_queues(names, agent or [])
     try:
         serve(
             celery_app,
@@ -120,6 +132,19 @@ def worker(
         )
     finally:
         db.close()
+
+
+def _definition_queues(queues: list[str], refs: list[str]) -> list[str]:
+    """``queues`` and, for each, the queue of every ``--agent``'s definition."""
+    from skillstate.engine.agent import load_agent
+    from skillstate.errors import UsageError
+    from skillstate.workers.routing import worker_queues
+
+    if not refs:
+        raise UsageError(
+            "--route-definitions needs --agent: the definitions whose queues this worker consumes"
+        )
+    return worker_queues(queues, [load_agent(ref, search_cwd=True).definition.ref for ref in refs])
 
 
 @app.command()
@@ -188,6 +213,7 @@ def requeue(
         typer.Option("--older-than", min=0.0, help="With --stranded: seconds without a commit."),
     ] = 600.0,
     json_: JsonOpt = False,
+    accept_definition: AcceptDefinitionOpt = False,
 ) -> None:
     """Send a task to the workers again: a dead-lettered one is reopened first.
 
@@ -198,6 +224,8 @@ def requeue(
 
     if stranded == (task_id is not None):
         raise UsageError("name a task to requeue, or pass --stranded (not both)")
+    if accept_definition and task_id is None:
+        raise UsageError("--accept-definition goes with a task id, not --stranded")
     if task_id is None:
         _requeue_stranded(broker, store, queue, older_than, json_)
         return
@@ -211,7 +239,10 @@ def requeue(
     celery_app = _app(broker)
     db = _store(store)
     try:
-        state = reopen(Runtime(_agent_for(db, task_id), db), task_id)
+        runtime = Runtime(_agent_for(db, task_id), db)
+        if accept_definition:  # a dead letter for its definition: re-pinned before it goes
+            runtime.accept_definition(task_id)
+        state = reopen(runtime, task_id)
     finally:
         db.close()
     _send(celery_app, Message(task_id, state.version, queue=queue))

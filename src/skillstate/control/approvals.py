@@ -54,6 +54,7 @@ from skillstate.engine.actions import CallSkill
 from skillstate.engine.agent import Agent
 from skillstate.engine.commit import Committer
 from skillstate.engine.draft import Draft, decision, signature
+from skillstate.engine.rejections import remember
 from skillstate.engine.results import StepReport
 from skillstate.engine.settle import Settling
 from skillstate.errors import (
@@ -250,7 +251,7 @@ class Approvals:
         while True:
             try:
                 with self._hold(task_id):
-                    state = self._committer.load(task_id)
+                    state = self._committer.head(task_id)  # checked against its pin
                     draft, action = build(state, self._pending(state))
                     return self._committer.commit(state, draft, action, "human")[0]
             except (LeaseHeld, StaleState):
@@ -358,6 +359,19 @@ class Approvals:
         # compares: the same call proposed and rejected again counts as a repeat.
         shown = masked_params(pending.params)
         tried = signature(CallSkill(skill=pending.skill, params=shown))
+        if pending.tool is None and draft.skill is not None:
+            # A person said no to this call: the same call is refused until what it read
+            # changes (engine.rejections), rather than put to them again.
+            draft.after = remember(
+                after,
+                state,
+                skill=draft.skill,
+                params=open_params(pending.params),
+                shown=redactor.text(tried),
+                reason=failed,
+                step_id=pending.step_id,
+                permanent=True,
+            )
         self._settling.account(state, draft, tried)
         action = {
             "kind": "reject",

@@ -13,18 +13,27 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from skillstate._json import get_path
 from skillstate._validation import first_error
 from skillstate.control.gates import Gated, ToolGate
 from skillstate.control.waits import start_wait
 from skillstate.engine import trace
-from skillstate.engine.actions import Action, AskUser, CallSkill, Finish, Revise, WaitFor, WaitUntil
+from skillstate.engine.actions import (
+    Action,
+    AskUser,
+    CallSkill,
+    Finish,
+    LoadEvidence,
+    Revise,
+    WaitFor,
+    WaitUntil,
+)
 from skillstate.engine.agent import Agent, PerTask
 from skillstate.engine.draft import Draft, decision, reject
+from skillstate.engine.evidence import load_evidence
 from skillstate.errors import (
     ActionRejected,
     IllegalTransition,
@@ -39,6 +48,7 @@ from skillstate.limits import problem
 from skillstate.skills.binding import check_bound
 from skillstate.skills.handles import resolve_handles
 from skillstate.skills.skill import Outcome, Skill, SkillContext, VerifyContext
+from skillstate.state.depends import can_go_stale, undo_values
 from skillstate.state.model import (
     AgentState,
     ErrorEntry,
@@ -100,6 +110,8 @@ class Acting:
                 return self._ask_user(state, action, step_id)
             if isinstance(action, WaitUntil | WaitFor):
                 return start_wait(self.agent, state, action, step_id)
+            if isinstance(action, LoadEvidence):
+                return load_evidence(self.store, state, action, step_id)
             if isinstance(action, Finish):
                 return self._finish(state, action, step_id)
             if isinstance(action, Revise):
@@ -117,7 +129,7 @@ class Acting:
         skill = self.agent.skills.get(action.skill)
         if skill is None:
             raise ActionRejected(
-                f"unknown skill {action.skill!r}; known: {', '.join(self.agent.skills.names)}"
+                f"unknown skill {action.skill!r}; known: {_some(self.agent.skills.names)}"
             )
         if not skill.when(state):
             raise ActionRejected(f"skill {skill.name!r} does not apply now (its `when` is false)")
@@ -400,6 +412,12 @@ class Acting:
             transition = SkillTransition(
                 from_skill=state.active_skill, to_skill=skill.name, reason=action.reason
             )
+        stale_ready = can_go_stale(
+            reads=skill.reads or None,
+            writes=tuple(writes),
+            fingerprints=ctx.fingerprints,
+            window=state.completed_steps,
+        )
         record = StepRecord(
             id=record_id,
             step=target,
@@ -408,7 +426,10 @@ class Acting:
             summary=outcome.summary if outcome else "",
             fingerprints=tuple(ctx.fingerprints),
             # Only a step that can go stale needs to know what its writes replaced.
-            undo=_previous(state, writes) if ctx.fingerprints else None,
+            undo=undo_values(state, writes) if stale_ready else None,
+            # What a later staleness check needs, for the steps it concerns only.
+            reads=(skill.reads or None) if stale_ready else None,
+            writes=tuple(writes) if stale_ready else None,
         )
         after = (
             result.candidate.with_evidence(outcome.evidence if outcome else ())
@@ -485,6 +506,7 @@ class Acting:
             error=summary.message,
             failed=last.message,
             compensated=compensated,
+            judged=_judged(last),
         )
 
     # ------------------------------------------------------------------ other actions
@@ -623,10 +645,22 @@ def _tool(
     return tool.build(state, ctx) if isinstance(tool, PerTask) else tool
 
 
+def _judged(last: ErrorEntry) -> Literal["failed", "permanent"] | None:
+    """Whether a step's last failure judged its outcome (a rejection) or was a fault."""
+    if last.kind not in ("verify_failed", "invariant_failed"):
+        return None  # a skill error, a tool error, a bad output: a retry may fix it
+    return "permanent" if last.permanent else "failed"
+
+
+_NAMED = 20
+"""An error names at most this many known skills: with a library of thousands, the whole
+list would go into the error log and the next view's "already tried" line."""
+
+
+def _some(names: tuple[str, ...]) -> str:
+    shown = ", ".join(names[:_NAMED])
+    return shown if len(names) <= _NAMED else f"{shown} and {len(names) - _NAMED} more"
+
+
 def _skill_of(action: Action) -> str | None:
     return action.skill if isinstance(action, CallSkill) else None
-
-
-def _previous(state: AgentState, writes: Mapping[str, Any]) -> dict[str, Any]:
-    document = state.model_dump(mode="json")
-    return {path: get_path(document, path) for path in writes}

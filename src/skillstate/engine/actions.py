@@ -7,7 +7,6 @@ with :func:`parse_action`.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import sys
@@ -18,6 +17,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from skillstate._validation import first_error
+from skillstate.engine.schema import (
+    MAX_WAIT_SECONDS,
+    REASON_CHARS,
+    SHORT_REF,
+    TEXT_CHARS,
+    decision_schema,
+    reply_budget,
+)
 from skillstate.errors import ActionRejected
 from skillstate.limits import DEFAULT_LIMITS, INT_DIGITS, problem
 from skillstate.skills.handles import HANDLE
@@ -28,6 +35,7 @@ __all__ = [
     "CallSkill",
     "Fail",
     "Finish",
+    "LoadEvidence",
     "Revise",
     "WaitFor",
     "WaitUntil",
@@ -90,8 +98,12 @@ class Revise(_Action):
     """Entries of ``pending_steps`` the new instruction makes moot."""
 
 
-MAX_WAIT_SECONDS = 366 * 24 * 3600.0
-"""The longest wait or signal timeout a decision may set (a year and a day)."""
+REF_CHARS = 128
+"""An artifact ref is ``sha256:`` and 64 hex digits; anything longer is not one."""
+
+MAX_REPLY_CHARS = 100_000
+"""A model reply longer than this is invalid before it is parsed (a reply budget is at
+most 1,024 tokens: a legitimate reply is a few thousand characters)."""
 
 
 class WaitUntil(_Action):
@@ -137,11 +149,25 @@ class WaitFor(_Action):
     declared one, else the task fails)."""
 
 
+class LoadEvidence(_Action):
+    """Look at one evidence item's raw artifact: the next decision's view shows it
+    (bounded, masked), once; the card never holds it (seed 003 §3.3).
+
+    ``ref`` is one of the card's evidence refs (or a prefix of one, as the view shows
+    it: ``sha256:`` and 12 hex digits), or a tool output's ref in the task's event log.
+    Offered to a model only while the card has evidence with refs.
+    """
+
+    kind: Literal["load_evidence"] = "load_evidence"
+    ref: str = Field(min_length=1, max_length=REF_CHARS)
+
+
 Action = Annotated[
-    CallSkill | AskUser | WaitUntil | WaitFor | Finish | Fail | Revise,
+    CallSkill | AskUser | WaitUntil | WaitFor | LoadEvidence | Finish | Fail | Revise,
     Field(discriminator="kind"),
 ]
-"""One decision: call a skill, ask the user, wait, finish or fail (discriminated by ``kind``)."""
+"""One decision: call a skill, ask the user, wait, look at evidence, finish or fail
+(discriminated by ``kind``)."""
 
 _ADAPTER: TypeAdapter[Action] = TypeAdapter(Action)
 
@@ -165,272 +191,6 @@ def parse_action(data: Any) -> Action:
 def action_json_schema() -> dict[str, Any]:
     """JSON Schema of every action (for structured model output)."""
     return _ADAPTER.json_schema()
-
-
-def decision_schema(
-    params: Mapping[str, type[BaseModel]],
-    next_steps: Sequence[str],
-    *,
-    can_ask: bool = True,
-    can_revise: bool = False,
-    stepped: Collection[str] = (),
-    can_wait: bool = False,
-    signals: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The response schema of one decision, built from the state it is made in.
-
-    One branch per skill whose ``when`` holds now (``params`` maps each to its
-    params model), so a model cannot even name a skill that does not apply, plus
-    ``ask_user`` (unless ``can_ask`` is false: nobody would answer) and ``finish``.
-    ``next_step`` is limited to the steps the machine allows from here, and not
-    offered at all for the skills in ``stepped`` (those that declare the step they
-    enter: a model that spelled one out kept a summarizing skill in its old step).
-    ``wait_until`` (in seconds) is offered when ``can_wait``, ``wait_for`` when the
-    agent declares ``signals`` (one of their names). Each
-    skill's own ``$defs`` are hoisted under a prefix so the branches can live in
-    one document.
-
-    Built once per distinct set of inputs and shared by every decision that has
-    them (a 128-skill agent spent milliseconds per decision rebuilding it): read
-    the result, never modify it.
-    """
-    return _decision_schema(
-        tuple(params.items()),
-        tuple(next_steps),
-        can_ask,
-        can_revise,
-        frozenset(stepped),
-        can_wait=can_wait,
-        signals=tuple(signals),
-    )
-
-
-@functools.lru_cache(maxsize=256)
-def _decision_schema(
-    params: tuple[tuple[str, type[BaseModel]], ...],
-    next_steps: tuple[str, ...],
-    can_ask: bool,
-    can_revise: bool,
-    stepped: frozenset[str] = frozenset(),
-    *,
-    can_wait: bool = False,
-    signals: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    steps: dict[str, Any] = {"anyOf": [{"enum": list(next_steps)}, {"type": "null"}]}
-    if not next_steps:
-        steps = {"type": "null"}
-    defs: dict[str, Any] = {}
-    branches: list[dict[str, Any]] = []
-    for name, model in params:
-        schema = _bounded(model.model_json_schema(ref_template=f"#/$defs/{name}__{{model}}"))
-        for key, value in schema.pop("$defs", {}).items():
-            defs[f"{name}__{key}"] = value
-        schema.pop("title", None)
-        branches.append(
-            _branch(
-                {
-                    "kind": {"const": "call_skill"},
-                    "skill": {"const": name},
-                    "params": schema,
-                    "next_step": {"type": "null"} if name in stepped else steps,
-                },
-                required=("kind", "skill", "params"),
-            )
-        )
-    if can_ask:
-        branches.append(
-            _branch(
-                {
-                    "kind": {"const": "ask_user"},
-                    "question": {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS},
-                    "next_step": steps,
-                },
-                required=("kind", "question"),
-            )
-        )
-    if can_wait:
-        seconds = {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS}
-        branches.append(
-            _branch(
-                {"kind": {"const": "wait_until"}, "seconds": seconds},
-                required=("kind", "seconds"),
-            )
-        )
-    if signals:
-        timeout = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_WAIT_SECONDS}
-        branches.append(
-            _branch(
-                {
-                    "kind": {"const": "wait_for"},
-                    "signal": {"enum": list(signals)},
-                    "timeout": {"anyOf": [timeout, {"type": "null"}]},
-                },
-                required=("kind", "signal"),
-            )
-        )
-    branches.append(
-        _branch(
-            {
-                "kind": {"const": "finish"},
-                "summary": {"type": "string", "maxLength": TEXT_CHARS},
-                "next_step": steps,
-            },
-            required=("kind",),
-        )
-    )
-    if can_revise:
-        text = {"type": "string", "minLength": 1, "maxLength": TEXT_CHARS}
-        branches.append(
-            _branch(
-                {
-                    "kind": {"const": "revise"},
-                    "goal": {"anyOf": [text, {"type": "null"}]},
-                    "constraints": {
-                        "anyOf": [{"type": "array", "items": text, "maxItems": MAX_ITEMS},
-                                  {"type": "null"}]
-                    },
-                    "drop_pending": {"type": "array", "items": text, "maxItems": MAX_ITEMS},
-                },
-                required=("kind",),
-            )
-        )  # fmt: skip
-    document: dict[str, Any] = {"anyOf": branches}
-    if defs:
-        document["$defs"] = defs
-    return document
-
-
-MAX_REPLY_CHARS = 100_000
-"""A model reply longer than this is invalid before it is parsed (a reply budget is at
-most 1,024 tokens: a legitimate reply is a few thousand characters)."""
-
-REASON_CHARS = 200
-"""Free text in an action is bounded: a small model under a grammar otherwise runs
-on until ``max_tokens`` and the cut-off reply is not JSON."""
-TEXT_CHARS = 500
-
-
-_TEXT_LIMITS = (("reason", REASON_CHARS), ("question", TEXT_CHARS), ("summary", TEXT_CHARS))
-
-MAX_ITEMS = 32
-ENUM_RANGE = 64
-"""Integer ranges up to this size are also given as an enum (see _bounded)."""
-"""Arrays get ``maxItems`` for the same reason strings get ``maxLength``."""
-
-_SCALAR: list[dict[str, Any]] = [
-    {"type": "string", "maxLength": TEXT_CHARS},
-    {"type": "number"},
-    {"type": "boolean"},
-    {"type": "null"},
-]
-_ANY: dict[str, Any] = {
-    "anyOf": [
-        *_SCALAR,
-        {"type": "array", "items": {"anyOf": _SCALAR}, "maxItems": MAX_ITEMS},
-        {"type": "object", "additionalProperties": {"anyOf": _SCALAR}},
-    ]
-}
-"""What an unconstrained value (``Any``, ``{}``) becomes: any JSON value, but with
-every string and array bounded. A grammar built from ``{}`` admits an endless
-string, and a small model will write one."""
-_SHAPE_KEYS = frozenset(
-    {"type", "anyOf", "oneOf", "allOf", "$ref", "const", "enum", "not", "properties", "items"}
-)
-
-
-def _bounded(schema: Any) -> Any:
-    """``schema`` with every string given ``maxLength`` and every array ``maxItems``
-    (see REASON_CHARS), and every unconstrained value bounded likewise."""
-    if not isinstance(schema, dict):
-        return schema
-    if not _SHAPE_KEYS & schema.keys():
-        return {**{k: v for k, v in schema.items() if k in {"title", "description"}}, **_ANY}
-    out = dict(schema)
-    for key in ("properties", "$defs", "definitions", "patternProperties"):
-        if isinstance(out.get(key), dict):
-            out[key] = {name: _bounded(sub) for name, sub in out[key].items()}
-    for key in ("items", "additionalProperties", "not"):
-        if isinstance(out.get(key), dict):
-            out[key] = _bounded(out[key])
-    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
-        if isinstance(out.get(key), list):
-            out[key] = [_bounded(sub) for sub in out[key]]
-    if out.get("type") == "string" and "maxLength" not in out and "enum" not in out:
-        out["maxLength"] = TEXT_CHARS
-    if out.get("type") == "array" and "maxItems" not in out:
-        out["maxItems"] = MAX_ITEMS
-    if out.get("type") == "integer" and "enum" not in out:
-        # Grammar engines (llama.cpp's among them) ignore minimum/maximum; a small
-        # range spelled out as an enum is enforced by every one of them.
-        low = out.get("minimum", _exclusive(out.get("exclusiveMinimum"), 1))
-        high = out.get("maximum", _exclusive(out.get("exclusiveMaximum"), -1))
-        if isinstance(low, int) and isinstance(high, int) and 0 <= high - low < ENUM_RANGE:
-            out["enum"] = list(range(low, high + 1))
-    return out
-
-
-def _exclusive(bound: Any, step: int) -> Any:
-    return bound + step if isinstance(bound, int) else None
-
-
-REPLY_TOKENS_MIN = 256
-REPLY_TOKENS_MAX = 1024
-_CHARS_PER_TOKEN = 2.5
-"""Conservative: a small model under a grammar fills strings with odd text that
-tokenizes worse than prose (Gemma 3 270M averaged ~2.8 chars per token)."""
-
-
-_BUDGETS: dict[int, tuple[Mapping[str, Any], int]] = {}
-
-
-def reply_budget(schema: Mapping[str, Any]) -> int:
-    """Completion tokens that fit the longest reply ``schema`` allows (see
-    :func:`_reply_budget`); remembered for the shared schemas of :func:`decision_schema`."""
-    known = _BUDGETS.get(id(schema))
-    if known is not None and known[0] is schema:
-        return known[1]
-    budget = _reply_budget(schema)
-    if len(_BUDGETS) >= 256:
-        _BUDGETS.clear()
-    _BUDGETS[id(schema)] = (schema, budget)  # holding the schema keeps its id unique
-    return budget
-
-
-def _reply_budget(schema: Mapping[str, Any]) -> int:
-    """Completion tokens that fit the longest reply ``schema`` allows.
-
-    A grammar-constrained model may legally fill every string to its
-    ``maxLength``; a smaller ``max_tokens`` cuts such a reply off mid-string and
-    it is not JSON. The budget is the longest branch's strings in tokens plus
-    room for the JSON around them, clamped to [256, 1024].
-    """
-    defs = schema.get("$defs", {})
-
-    def chars(node: Any, depth: int = 0) -> int:
-        if not isinstance(node, Mapping) or depth > 8:
-            return 0
-        if "$ref" in node:
-            return chars(defs.get(str(node["$ref"]).rsplit("/", 1)[-1]), depth + 1)
-        if "anyOf" in node:
-            return max((chars(b, depth + 1) for b in node["anyOf"]), default=0)
-        if node.get("type") == "string":
-            return int(node.get("maxLength", TEXT_CHARS))
-        if node.get("type") == "array":
-            return chars(node.get("items"), depth + 1) * int(node.get("maxItems", 8))
-        props = node.get("properties", {})
-        return sum(chars(v, depth + 1) + 16 for v in props.values())
-
-    tokens = 64 + chars(schema) / _CHARS_PER_TOKEN
-    return int(min(REPLY_TOKENS_MAX, max(REPLY_TOKENS_MIN, tokens)))
-
-
-def _branch(properties: dict[str, Any], *, required: Sequence[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": {"reason": {"type": "string", "maxLength": REASON_CHARS}, **properties},
-        "required": ["reason", *required],
-        "additionalProperties": False,
-    }
 
 
 def _parse_reply(reply: str) -> Any:
@@ -528,6 +288,27 @@ def _has_handle(value: Any) -> bool:
     return False
 
 
+def offered_ref(ref: str, refs: Sequence[str]) -> str | None:
+    """The one ref of ``refs`` that ``ref`` names: itself, or a prefix of at least
+    :data:`SHORT_REF` characters (what a view shows); ``None`` if none or several."""
+    if ref in refs:
+        return ref
+    if len(ref) < SHORT_REF:
+        return None
+    found = {r for r in refs if r.startswith(ref)}
+    return found.pop() if len(found) == 1 else None
+
+
+def _offered_ref(ref: str, refs: Sequence[str]) -> str:
+    if not refs:
+        raise ActionRejected("'load_evidence' is not available: the card has no evidence refs")
+    found = offered_ref(ref, refs)
+    if found is None:
+        shown = ", ".join(dict.fromkeys(r[:SHORT_REF] for r in refs))
+        raise ActionRejected(f"no evidence with ref {ref!r}; evidence refs: {shown}")
+    return found
+
+
 def validate_decision(
     reply: str | Mapping[str, Any],
     params: Mapping[str, type[BaseModel]],
@@ -538,13 +319,14 @@ def validate_decision(
     stepped: Collection[str] = (),
     can_wait: bool = False,
     signals: Sequence[str] = (),
+    evidence: Sequence[str] = (),
 ) -> Action:
     """A model's reply as an :data:`Action`, or ``ActionRejected`` saying what is wrong.
 
     Checks what the schema says, whether or not the provider enforced it: JSON, one
     of the actions, a skill that applies now, params valid for that skill, a
-    reachable ``next_step``. The message is written for the model: it goes back as
-    the repair prompt.
+    reachable ``next_step``, a ref among the card's ``evidence`` (returned whole). The
+    message is written for the model: it goes back as the repair prompt.
     """
     data = _as_object(reply)
     if data.get("kind") == "fail":
@@ -558,6 +340,8 @@ def validate_decision(
         raise ActionRejected("on_timeout is the agent's to declare: leave it out")
     if isinstance(action, CallSkill):
         _check_call(action, params)
+    if isinstance(action, LoadEvidence):
+        action = action.model_copy(update={"ref": _offered_ref(action.ref, evidence)})
     step = getattr(action, "next_step", None)
     if step is not None and isinstance(action, CallSkill) and action.skill in stepped:
         raise ActionRejected(

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -21,17 +21,25 @@ from skillstate._validation import first_error
 from skillstate.control.gates import Gated
 from skillstate.control.signals import Signal, signal_problems, signal_specs
 from skillstate.control.strategy import MESSAGE_STRATEGIES, MessageStrategy
-from skillstate.engine.policy import Policy
+from skillstate.definitions.manifest import Definition, definition_of
+from skillstate.definitions.patches import Patch, alias_patches, patch_problems
+from skillstate.engine.policy import ModelPolicy, Policy
 from skillstate.errors import AgentImportError, UsageError
 from skillstate.limits import DEFAULT_LIMITS, Limits, problem
 from skillstate.skills.binding import binding_problems
 from skillstate.skills.registry import SkillRegistry
+from skillstate.skills.vacuous import vacuous_verify
+from skillstate.state.budget import DEFAULT_VIEW_BUDGET
 from skillstate.state.machine import StateMachine
 from skillstate.state.migrate import chain_problems, validate_state
 from skillstate.state.model import AgentState, TaskStatus
 from skillstate.state.redact import RedactionPolicy
 from skillstate.state.secrets import sensitive_fields
 from skillstate.state.view import VALUE_CHARS, View, render_view
+
+if TYPE_CHECKING:
+    from skillstate.library.retrieval import Retriever
+    from skillstate.library.stats import SuccessRates
 
 __all__ = ["Agent", "Invariant", "PerTask", "agent_factory", "load_agent", "per_task"]
 
@@ -116,8 +124,12 @@ class Agent(Generic[S]):
     ref: str | None = None
     """``module:attr`` this agent is importable as: set by :func:`load_agent`, else found
     in the module that built it the first time a task is created (see :meth:`reference`)."""
-    view_budget: int | None = None
-    """Token budget for the prompt view; ``None`` renders it whole."""
+    view_budget: int | Literal["auto"] | None = "auto"
+    """Token budget of the prompt view (:mod:`skillstate.state.budget`): what does not
+    fit is hidden by priority, an overrun is recorded. ``"auto"`` (the default) is
+    :data:`~skillstate.state.budget.DEFAULT_VIEW_BUDGET` tokens when the policy is a
+    model's (:class:`~skillstate.engine.policy.ModelPolicy`) and the whole view for any
+    other; ``None`` renders it whole whatever the policy."""
     view_value_chars: int = VALUE_CHARS
     """How much of each field's value the view shows. The default keeps the card
     compact; an agent whose state holds raw tool output (the harness's ``state``
@@ -156,6 +168,25 @@ class Agent(Generic[S]):
     invariants: list[tuple[str, Invariant]] = field(default_factory=list)
     """Rules every committed state must satisfy, checked before every commit, the
     runtime's and a person's alike (add them with :meth:`invariant`)."""
+    # -- Skill library at scale (issue 26; skillstate.library) --------------------------
+    retriever: Retriever | None = None
+    """Offers each decision only the :attr:`top_k` applicable skills most relevant to it,
+    ranked by their success rate in the store (:mod:`skillstate.library.select`): the
+    view, the decision's schema and the system prompt list only those. ``None`` (the
+    default): every applicable skill is offered, as without a library."""
+    top_k: int = 8
+    """How many skills a decision is offered when there is a :attr:`retriever`."""
+    patches: Sequence[Patch] = ()
+    """How tasks started under an earlier definition of this agent are carried across
+    its changes: :func:`~skillstate.definitions.patched` markers (a skill renamed,
+    removed or changed, a step renamed, the machine's removals). See
+    :mod:`skillstate.definitions`. A skill's ``aliases`` add one rename marker each."""
+
+    @property
+    def definition(self) -> Definition:
+        """This agent's definition (manifest and ``sha256:`` ref) each new task is pinned
+        to; computed once (:func:`~skillstate.definitions.definition_of`)."""
+        return definition_of(self)
 
     def invariant(self, fn: Invariant) -> Invariant:
         """Register ``fn(state)`` as an invariant (usable as a decorator).
@@ -203,6 +234,7 @@ class Agent(Generic[S]):
         for skill in self.skills:
             if not skill.has_verify:
                 problems.append(f"skill {skill.name!r} has no verify")
+            problems += _vacuous(skill.name, skill.verify_function)
             if skill.effects and not skill.has_probe:
                 # After a crash mid-effect only the skill can tell whether it happened.
                 problems.append(f"skill {skill.name!r} declares effects but no probe")
@@ -229,8 +261,14 @@ class Agent(Generic[S]):
                     f"field {name!r} looks sensitive to the redaction policy: declare it "
                     "Sensitive[...] (sealed, usable) or add it to the policy's exempt_names"
                 )
+        problems += _budget_problems(self.view_budget)
         problems += chain_problems(self.state_type)
         problems += signal_problems(self.signals, self.machine.steps)
+        # A skill's `aliases` are rename markers too: one patch per old name.
+        self.patches = (*self.patches, *alias_patches(self.skills))
+        problems += patch_problems(self.patches, self.skills.names, self.machine.steps)
+        if self.retriever is not None:
+            problems += _library_problems(self.retriever, self.top_k)
         if self.messages not in MESSAGE_STRATEGIES:
             problems.append(
                 f"messages must be one of {', '.join(MESSAGE_STRATEGIES)}, not {self.messages!r}"
@@ -258,6 +296,7 @@ class Agent(Generic[S]):
             "pending_steps": tuple(self.plan),
             "current_step": self.machine.initial,
             "agent": self.reference(),
+            "definition": self.definition.ref,
         }
         for name, value in fields.items():
             # What a skill may not write, a caller may not start with either (a NaN
@@ -283,12 +322,27 @@ class Agent(Generic[S]):
         """
         return validate_state(self.state_type, data, task_id=task_id)  # type: ignore[return-value]
 
-    def view(self, state: S) -> View[S]:
+    @property
+    def effective_view_budget(self) -> int | None:
+        """The token budget views are rendered under (:attr:`view_budget` resolved)."""
+        if self.view_budget != "auto":
+            return self.view_budget
+        return DEFAULT_VIEW_BUDGET if isinstance(self.policy, ModelPolicy) else None
+
+    def view(self, state: S, *, rates: SuccessRates | None = None) -> View[S]:
+        """The view a decision in ``state`` is made from. With a :attr:`retriever`, it
+        offers the top candidates, ranked with ``rates`` (the store's success rates;
+        ``None``: every skill weighs the same)."""
+        choose = None
+        if self.retriever is not None:
+            from skillstate.library.select import chooser
+
+            choose = chooser(self, state, rates)
         return render_view(
             state,
             machine=self.machine,
             skills=list(self.skills),
-            budget=self.view_budget,
+            budget=self.effective_view_budget,
             agent_name=self.name,
             agent_description=self.description,
             can_ask=self.can_ask,
@@ -296,12 +350,44 @@ class Agent(Generic[S]):
             bind=self.bind_params,
             can_wait=self.can_wait,
             signals={name: spec.schema for name, spec in self.signal_specs.items()},
+            choose=choose,
         )
 
     @property
     def signal_specs(self) -> dict[str, Signal]:
         """:attr:`signals` with every value a :class:`~skillstate.control.signals.Signal`."""
         return signal_specs(self.signals)
+
+
+def _vacuous(name: str, verify: Callable[..., Any] | None) -> list[str]:
+    """Seed 004 §5.3: a verify that cannot fail is no check at all
+    (:mod:`skillstate.skills.vacuous`)."""
+    always = vacuous_verify(verify)
+    if always is None:
+        return []
+    return [
+        f"skill {name!r} has a verify that cannot fail (it returns {always} whatever the "
+        "outcome): check the outcome or the new state"
+    ]
+
+
+def _budget_problems(budget: object) -> list[str]:
+    if budget == "auto" or budget is None:
+        return []
+    if isinstance(budget, bool) or not isinstance(budget, int):
+        return [f"view_budget must be a number of tokens, 'auto' or None, not {budget!r}"]
+    return [] if budget >= 1 else [f"view_budget must be >= 1 token, not {budget}"]
+
+
+def _library_problems(retriever: object, top_k: int) -> list[str]:
+    from skillstate.library.retrieval import Retriever
+
+    problems = []
+    if not isinstance(retriever, Retriever):
+        problems.append(f"retriever {retriever!r} has no index() and scores() (a Retriever)")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        problems.append(f"top_k must be an integer >= 1, not {top_k!r}")
+    return problems
 
 
 def _builder_module() -> str | None:

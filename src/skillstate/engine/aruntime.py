@@ -134,11 +134,20 @@ class AsyncRuntime(Generic[S]):
             self.runtime.cancel, task_id, reason=reason, actor=actor, compensate=compensate
         )
 
-    async def step(self, task_id: str) -> StepReport[S]:
+    async def step(self, task_id: str, *, accept_definition: bool = False) -> StepReport[S]:
         """Take exactly one decision and commit it, as :meth:`Runtime.step`."""
+        steps = self.runtime.one_step(task_id, accept_definition=accept_definition)
         with using(self.runtime.tracer):
-            report: StepReport[S] = await self._drive(self.runtime.one_step(task_id))
+            report: StepReport[S] = await self._drive(steps)
             return report
+
+    async def accept_definition(
+        self, task_id: str, *, actor: str | None = None, reason: str = ""
+    ) -> S:
+        """Re-pin a task to this agent's definition, as :meth:`Runtime.accept_definition`."""
+        return await self._thread(
+            self.runtime.accept_definition, task_id, actor=actor, reason=reason
+        )
 
     async def run(
         self,
@@ -149,10 +158,12 @@ class AsyncRuntime(Generic[S]):
         inputs_from: int = 0,
         stop: Callable[[], bool] | None = None,
         create: bool = False,
+        accept_definition: bool = False,
     ) -> RunResult[S]:
         """Decide and commit until the task ends, waits, stalls or spends its budget, as
         :meth:`Runtime.run` (an unknown ``task_id`` is ``TaskNotFound`` unless
-        ``create=True``)."""
+        ``create=True``; a task pinned to another definition is ``DefinitionChanged``
+        unless a declared patch carries it or ``accept_definition``)."""
         steps = self.runtime.loop(
             task_id,
             inputs=inputs,
@@ -160,6 +171,7 @@ class AsyncRuntime(Generic[S]):
             inputs_from=inputs_from,
             stop=stop,
             create=create,
+            accept_definition=accept_definition,
         )
         return await self._run(task_id, steps, None)
 
@@ -252,7 +264,10 @@ class AsyncRuntime(Generic[S]):
         tracer = runtime.tracer
         attributes = {"skillstate.task.id": state.task_id, "skillstate.version": state.version}
         with tracer.span("skillstate.step", attributes) as span:
-            begun = runtime.begin(state)
+            if runtime.agent.retriever is None:
+                begun = runtime.begin(state)
+            else:  # retrieval may read the store or call an endpoint: not on the loop
+                begun = await in_step_thread(runtime.begin, state)
             try:
                 with tracer.span("skillstate.decide", {"skillstate.step.id": begun.step_id}):
                     decided: Action | Decided | DecisionFailed = await self._decide(begun.view)

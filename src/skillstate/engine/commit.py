@@ -19,6 +19,7 @@ from skillstate.control.strategy import seen_by
 from skillstate.engine import trace
 from skillstate.engine.agent import Agent
 from skillstate.engine.draft import Draft
+from skillstate.engine.pins import Pins
 from skillstate.errors import StateCorrupted, StateError
 from skillstate.events import Actor, Event, TokenUsage, utcnow
 from skillstate.state.diff import Differ, JsonDocument, Patch
@@ -58,6 +59,14 @@ class Committer:
         # Per task: a state and the stored document that is exactly its serialization,
         # so a commit from that state re-serializes only the fields the step changed.
         self._heads: dict[str, tuple[AgentState, dict[str, Any]] | None] = {}
+        self.pins = Pins(agent, self)
+        """The check of each task's pinned definition (:mod:`skillstate.engine.pins`)."""
+
+    def head(self, task_id: str) -> AgentState:
+        """The head a write starts from: loaded, then checked against the definition the
+        task is pinned to (re-pinned when a declared patch carries the change, else
+        :class:`~skillstate.errors.DefinitionChanged`)."""
+        return self.pins.guard(self.load(task_id))
 
     def load(self, task_id: str) -> AgentState:
         """The head state, validated (and migrated) into the agent's state class."""
@@ -105,10 +114,17 @@ class Committer:
         if view is not None and action.get("kind") != "invalid":
             # Messages sent to the task (control.inbox) are shown to one decision.
             after = seen_by(after, view.state.messages)
+            # Raw evidence is shown to one decision: its commit clears it, unless that
+            # decision loaded evidence itself (a refused load clears it too).
+            loaded = action.get("kind") == "load_evidence" and draft.failed is None
+            if after.peek is not None and not loaded:
+                after = after.replace(peek=None)
         changes: dict[str, Any] = {"version": expected + 1}
         if draft.usage is not None:
             changes["usage"] = _add_usage(after.usage, draft.usage)
         final = after.replace(**changes)
+        if final.definition is not None and final.definition != getattr(before, "definition", None):
+            self.pins.record(final.definition)  # a task pinned anew: its manifest, stored once
         redactor = self.redactor(before, final, extra=draft.secrets)
         final, document, patch, stored, checked = self._serialize(before, final, redactor)
         event = Event(
@@ -126,6 +142,8 @@ class Committer:
             error=draft.error,
             patch=patch,
             view_tokens=_view_tokens(view, draft.usage),
+            candidates=view.candidates if view is not None and view.candidates else None,
+            **_view_budget(view),
             usage=draft.usage,
             started_at=started or utcnow(),
         )
@@ -207,6 +225,17 @@ def _view_tokens(view: View[Any] | None, usage: TokenUsage | None) -> int | None
     if view is None:
         return None
     return view.tokens if usage is not None and usage.calls else view.counted_tokens
+
+
+def _view_budget(view: View[Any] | None) -> dict[str, Any]:
+    """The view's budget, overrun and loaded evidence for the event, as far as it was
+    rendered (a scripted policy that reads only ``view.state`` renders nothing)."""
+    if view is None:
+        return {}
+    out: dict[str, Any] = {"view_peek": view.shown_peek}
+    if view.rendered:
+        out.update(view_budget=view.budget, view_overrun=view.overrun or None)
+    return out
 
 
 def _add_usage(totals: UsageTotals, usage: TokenUsage) -> UsageTotals:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from skillstate.engine.actions import Action, CallSkill
+from skillstate.engine.actions import Action, CallSkill, LoadEvidence
+from skillstate.engine.schema import SHORT_REF
 from skillstate.events import SkillTransition, TokenUsage, ToolCall, Verdict
 from skillstate.state.model import AgentState, Decision, ErrorEntry
 
@@ -46,6 +47,10 @@ class Draft:
     did. What the stall guard and the view's "already tried" line record."""
     compensated: bool = False
     """A failed effect's ``rollback`` undid it (so its key is not reused)."""
+    judged: Literal["failed", "permanent"] | None = None
+    """The skill ran and its outcome was judged wrong (its verify or an invariant, not a
+    fault that a retry may fix); ``"permanent"``: the verify said retrying cannot help.
+    The call is remembered as rejected (:mod:`skillstate.engine.rejections`)."""
     secrets: tuple[str, ...] = ()
     """Plaintext of the step's secret params (:mod:`skillstate.state.protect`): masked
     exactly wherever this step's text goes (error log, event, trace)."""
@@ -65,6 +70,8 @@ def signature(action: Action | None) -> str:
             return action.skill
         params = json.dumps(action.params, sort_keys=True, ensure_ascii=False, default=str)
         return f"{action.skill} {params if len(params) <= 120 else params[:119] + '…'}"
+    if isinstance(action, LoadEvidence):  # loading another artifact is another decision
+        return f"load_evidence {action.ref[:SHORT_REF]}"
     step = getattr(action, "next_step", None)
     return f"{action.kind} -> {step}" if step else action.kind
 

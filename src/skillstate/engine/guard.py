@@ -15,8 +15,8 @@ A stalled task fails (``on_stall="fail"``, the default) or is parked for a perso
 (``"park"``: it waits for a reply, which clears the count), with a ``stalled``
 entry in its error log either way. Progress is a change to anything a decision
 is about: the typed fields, the facts, the goal and constraints, the current
-step, the plan, the status. Step records, evidence, errors, usage and the
-guard's own fields are bookkeeping.
+step, the plan, the status. Step records, evidence (and the raw evidence a
+decision asked to see), errors, usage and the guard's own fields are bookkeeping.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ BOOKKEEPING = frozenset(
         "completed_steps",
         "steps_taken",
         "evidence",
+        "peek",
         "inputs",
         "inputs_received",
         "question",
@@ -52,6 +53,8 @@ BOOKKEEPING = frozenset(
         "compensations",
         "effect_generations",
         "tried",
+        "rejected",  # rejected approaches (issue 26): remembering one is not progress
+        "unchecked_steps",  # transitive staleness (issue 26)
         "no_progress",
         "driver",
         "agent",

@@ -1,18 +1,21 @@
 """Policies: given a view, decide the next action.
 
 A policy sees the :class:`~skillstate.state.view.View` of the current state. The
-library ships four:
+library ships five:
 
 * :class:`ScriptedPolicy` — decision rules written in Python (demos, tests).
 * :class:`StatePolicy` — a model decides from the compact state view alone: the
   system prompt plus one user message, whatever the length of the task.
+* :class:`HybridPolicy` — the seeds' hybrid context (000 §2.4, 003 §6.3): the last
+  ``n`` raw messages, then the state view, with the rule stated that the state wins
+  where they disagree.
 * :class:`HistoryPolicy` — the usual agent loop, as a baseline: every user
   message, every decision and every full tool output so far, sent each time.
 * :class:`WindowPolicy` — the same transcript cut to its last ``n`` messages.
 
-The three model policies share everything but the messages they send (same
-provider, system prompt, response schema and repair loop), so comparing them
-measures the context strategy and nothing else.
+The model policies share everything but the messages they send (same provider,
+system prompt, response schema and repair loop), so comparing them measures the
+context strategy and nothing else.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "SYSTEM_PROMPT",
     "Decided",
     "HistoryPolicy",
+    "HybridPolicy",
     "ModelPolicy",
     "Policy",
     "ScriptedPolicy",
@@ -140,6 +144,11 @@ SIGNAL_LINE = (
 ASK_LINE = (
     '- {"kind": "ask_user", "question": TEXT, "reason": WHY} when only the user can answer,\n'
 )
+LOAD_LINE = (
+    '- {"kind": "load_evidence", "ref": REF, "reason": WHY} to read one evidence item\'s raw '
+    "output (its ref as the state shows it) when its summary is not enough: the next turn "
+    "shows it, once,\n"
+)
 
 
 class ModelPolicy:
@@ -176,6 +185,8 @@ class ModelPolicy:
         wait = WAIT_LINE if view.can_wait else ""
         if view.signals:
             wait += SIGNAL_LINE.format(names=", ".join(view.signals))
+        if view.evidence_refs:
+            wait += LOAD_LINE
         return SYSTEM_PROMPT.format(
             agent=agent,
             description=view.agent_description,
@@ -235,6 +246,7 @@ class ModelPolicy:
                     stepped=view.stepped,
                     can_wait=view.can_wait,
                     signals=tuple(view.signals),
+                    evidence=view.evidence_refs,
                 )
             except ActionRejected as exc:
                 error = str(exc)
@@ -332,6 +344,51 @@ class WindowPolicy(ModelPolicy):
         return [Message("system", self.system_prompt(view)), *_transcript(view)[-self.n :]]
 
 
+HYBRID_RULE = (
+    "Each turn you are sent the last {n} raw messages of the task, then its current state. "
+    "If the messages and the state disagree, the state is right: it is verified."
+)
+STATE_HEADER = "The current state of the task (verified; it wins over the messages above):\n"
+
+
+class HybridPolicy(ModelPolicy):
+    """The seeds' hybrid context: the last ``n`` raw messages of the conversation, then
+    the state view, with the rule stated that the state wins (seed 000 §2.4, 003 §6.3).
+
+    The raw messages give the model the wording of recent tool outputs and replies;
+    the state gives it the goal, the constraints and the verified results that have
+    scrolled out of them. Where the two disagree (a failed attempt's output, a value
+    a later step corrected), the prompt says the state is right.
+    """
+
+    kind = "hybrid"
+
+    def __init__(
+        self,
+        provider: Provider,
+        n: int,
+        *,
+        max_repairs: int = 2,
+        system: str | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        if n < 1:
+            raise UsageError("window size must be >= 1")
+        super().__init__(provider, max_repairs=max_repairs, system=system, max_tokens=max_tokens)
+        self.n = n
+
+    def system_prompt(self, view: View[Any]) -> str:
+        return f"{super().system_prompt(view)}\n{HYBRID_RULE.format(n=self.n)}"
+
+    def messages(self, view: View[Any]) -> list[Message]:
+        recent = _transcript(view)[-self.n :]
+        return [
+            Message("system", self.system_prompt(view)),
+            *recent,
+            Message("user", STATE_HEADER + view.text),
+        ]
+
+
 def _transcript(view: View[Any]) -> Sequence[Message]:
     if view.transcript is None:
         raise UsageError("this policy needs the task's transcript; run it through the Runtime")
@@ -339,7 +396,7 @@ def _transcript(view: View[Any]) -> Sequence[Message]:
 
 
 def policy_for(spec: str, provider: Provider, *, max_repairs: int = 2) -> ModelPolicy:
-    """``state``, ``history`` or ``window:N`` over ``provider``."""
+    """``state``, ``history``, ``window:N`` or ``hybrid:N`` over ``provider``."""
     name, _, arg = spec.partition(":")
     if name == "state" and not arg:
         return StatePolicy(provider, max_repairs=max_repairs)
@@ -347,4 +404,8 @@ def policy_for(spec: str, provider: Provider, *, max_repairs: int = 2) -> ModelP
         return HistoryPolicy(provider, max_repairs=max_repairs)
     if name == "window" and arg.isdigit() and int(arg) > 0:
         return WindowPolicy(provider, int(arg), max_repairs=max_repairs)
-    raise UsageError(f"unknown policy {spec!r}; expected state, history or window:N (N >= 1)")
+    if name == "hybrid" and arg.isdigit() and int(arg) > 0:
+        return HybridPolicy(provider, int(arg), max_repairs=max_repairs)
+    raise UsageError(
+        f"unknown policy {spec!r}; expected state, history, window:N or hybrid:N (N >= 1)"
+    )

@@ -189,6 +189,7 @@ class Runtime(Generic[S]):
         inputs_from: int = 0,
         stop: Callable[[], bool] | None = None,
         create: bool = False,
+        accept_definition: bool = False,
     ) -> RunResult[S]:
         """Decide and commit until the task ends, waits for a user, stalls or hits ``max_steps``.
 
@@ -206,6 +207,11 @@ class Runtime(Generic[S]):
 
         ``stop`` is asked before every decision; ``True`` ends the run there, as a
         spent ``max_steps`` does (a worker shutting down finishes the step it is in).
+
+        A task pinned to another definition of the agent is refused
+        (:class:`~skillstate.errors.DefinitionChanged`, nothing written) unless the agent
+        declares how to carry the change; ``accept_definition=True`` re-pins it first,
+        whatever changed (:meth:`accept_definition`).
         """
         steps = self.loop(
             task_id,
@@ -214,6 +220,7 @@ class Runtime(Generic[S]):
             inputs_from=inputs_from,
             stop=stop,
             create=create,
+            accept_definition=accept_definition,
         )
         with (
             using(self.tracer),
@@ -233,6 +240,7 @@ class Runtime(Generic[S]):
         inputs_from: int = 0,
         stop: Callable[[], bool] | None = None,
         create: bool = False,
+        accept_definition: bool = False,
     ) -> Steps[RunResult[Any]]:
         """:meth:`run`'s arguments checked (before anything is written), and its loop
         (:meth:`steps`) ready to be driven."""
@@ -242,7 +250,9 @@ class Runtime(Generic[S]):
         queue = list(inputs)
         for text in queue:  # all of them, before anything is written
             self._check_reply(text)
-        return self.steps(task_id, queue, inputs_from, budget, stop, create=create)
+        return self.steps(
+            task_id, queue, inputs_from, budget, stop, create=create, accept=accept_definition
+        )
 
     def steps(
         self,
@@ -253,6 +263,7 @@ class Runtime(Generic[S]):
         stop: Callable[[], bool] | None = None,
         *,
         create: bool = False,
+        accept: bool = False,
     ) -> Steps[RunResult[Any]]:
         """The run loop of :meth:`run` as a generator: it yields each state a decision is
         to be taken in, is sent the step's report, and returns the :class:`RunResult`.
@@ -273,7 +284,9 @@ class Runtime(Generic[S]):
                 self.start(task_id)
                 resumed = False
             if resumed:
-                self.recheck(task_id)
+                if accept:
+                    self.accept_definition(task_id)
+                self.recheck(task_id)  # the head, checked against its pinned definition
                 if queue:
                     state = self.load(task_id)
                     redactor = self._committer.redactor(state)
@@ -283,22 +296,25 @@ class Runtime(Generic[S]):
             result = yield from self._loop(task_id, replies, budget, holder, stop)
             return replace(result, unused_inputs=unused(queue, inputs_from, result.state))
 
-    def step(self, task_id: str) -> StepReport[S]:
+    def step(self, task_id: str, *, accept_definition: bool = False) -> StepReport[S]:
         """Take exactly one decision on a running task and commit it.
 
         Unfinished work comes first: a queued compensation, an effect in flight, or a
         message or cancel in the task's inbox (:mod:`skillstate.control.inbox`); that
-        commit is then the step.
+        commit is then the step. ``accept_definition`` as in :meth:`run`.
         """
         with using(self.tracer):
-            report: StepReport[S] = drive(self.one_step(task_id), self._step)
+            steps = self.one_step(task_id, accept_definition=accept_definition)
+            report: StepReport[S] = drive(steps, self._step)
             return report
 
-    def one_step(self, task_id: str) -> Steps[StepReport[Any]]:
+    def one_step(self, task_id: str, *, accept_definition: bool = False) -> Steps[StepReport[Any]]:
         """:meth:`step` as a generator: it yields the state if a decision is to be taken
         (and is sent its report); unfinished work is done inside it."""
         with self._holding(task_id):
-            state = self.load(task_id)
+            if accept_definition:
+                self.accept_definition(task_id)
+            state = self._committer.head(task_id)
             if state.compensations:
                 return self._settling.compensate(state)
             if state.pending_effect is not None:
@@ -369,7 +385,7 @@ class Runtime(Generic[S]):
         (``replies_ahead``), which the same commit takes off the card."""
         self._check_reply(text)
         with self._holding(task_id):
-            state = self.load(task_id)
+            state = self._committer.head(task_id)
             if state.status is not TaskStatus.WAITING_USER:
                 raise UsageError(
                     f"task {task_id!r} is not waiting for a reply (status: {state.status.value})"
@@ -399,6 +415,20 @@ class Runtime(Generic[S]):
         when someone decided first."""
         return cast(S, self._approvals.reject(task_id, reason=reason, actor=actor))
 
+    def accept_definition(self, task_id: str, *, actor: str | None = None, reason: str = "") -> S:
+        """Re-pin a task to this agent's definition, whatever changed since it was pinned.
+
+        One commit by ``actor`` (default ``$SKILLSTATE_ACTOR``, else the OS user), its
+        event naming every change and ``reason``; declared patches still rename what
+        they rename. Refused (:class:`~skillstate.errors.DefinitionChanged`, nothing
+        written) when the card needs what this definition lacks (its current step, the
+        skill of its effect in flight). A task pinned to it already is left as it is.
+        See :mod:`skillstate.engine.pins`.
+        """
+        with self._holding(task_id):
+            accepted = self._committer.pins.accept(task_id, actor=actor, reason=reason)
+            return cast(S, accepted)
+
     def recheck(self, task_id: str) -> list[StepRecord]:
         """Recompute the fingerprints of a task's completed steps; mark changed ones stale.
 
@@ -408,7 +438,7 @@ class Runtime(Generic[S]):
         Finished tasks are left alone. Returns the stale steps.
         """
         with self._holding(task_id):
-            state = self.load(task_id)
+            state = self._committer.head(task_id)
             if (
                 state.status.is_terminal
                 or state.pending_effect
@@ -433,7 +463,7 @@ class Runtime(Generic[S]):
         done = 0
         with self._holding(task_id):
             while True:
-                state = self.load(task_id)
+                state = self._committer.head(task_id)
                 if not state.compensations:
                     return done
                 self._settling.compensate(state)
@@ -554,7 +584,7 @@ class Runtime(Generic[S]):
         """The head, read after renewing the lease (a long run keeps it alive)."""
         if holder is not None:
             holder.renew()
-        return self.load(task_id)
+        return self._committer.head(task_id)  # checked against its pin: a string compare
 
     def _moved_on(self, state: AgentState, queue: list[str], first: int) -> bool:
         """Whether a parked task was moved on (one commit): a reply at hand for one
@@ -608,7 +638,8 @@ class Runtime(Generic[S]):
         return self._steps.take(state)
 
     def begin(self, state: AgentState) -> Begun:
-        """The start of a step of ``state``: its view, id and start time (no I/O)."""
+        """The start of a step of ``state``: its view, id and start time (no I/O, unless
+        the agent has a skill retriever: it may read the store and call an endpoint)."""
         return self._steps.begin(state)
 
     def conclude(

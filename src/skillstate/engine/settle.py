@@ -27,6 +27,7 @@ from skillstate.engine.commit import Committer
 from skillstate.engine.draft import Draft, decision, reject, signature
 from skillstate.engine.effects import base_key, current_key, effect_key
 from skillstate.engine.guard import Guard
+from skillstate.engine.rejections import after_call
 from skillstate.engine.results import StepReport
 from skillstate.errors import (
     ActionRejected,
@@ -217,6 +218,10 @@ class Settling:
             gens = state.effect_generations
             changes["effect_generations"] = {**gens, base: gens.get(base, 0) + 1}
         draft.after = draft.after.replace(**changes)
+        if skill is not None:  # an effect judged wrong stays rejected (engine.rejections)
+            draft.after = after_call(
+                state, draft, params=open_params(intent.params), shown=signature(action)
+            )
         settled: dict[str, Any] = {
             "kind": "effect_resumed" if resumed else "effect",
             "skill": intent.skill,

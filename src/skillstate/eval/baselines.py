@@ -9,7 +9,9 @@ and repair loop), so that only the messages differ:
 * :class:`SummaryPolicy` — every ``every`` decisions, the same model compresses the
   messages since its last summary (plus that summary) into a new one; the prompt is
   the summary followed by the messages that came after it, as summary-based agents do;
-* :class:`HybridPolicy` — the last ``n`` messages, then the state view.
+* ``hybrid`` — the last ``n`` messages, then the state view, the state stated to win
+  (:class:`~skillstate.engine.policy.HybridPolicy`, shipped with the engine and
+  re-exported here).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from skillstate.engine.policy import Decided, ModelPolicy
+from skillstate.engine.policy import Decided, HybridPolicy, ModelPolicy
 from skillstate.errors import UsageError
 from skillstate.llm.base import Message, Provider, Usage
 from skillstate.state.view import View
@@ -37,22 +39,6 @@ def _transcript(view: View[Any]) -> list[Message]:
     if view.transcript is None:
         raise UsageError("this policy needs the task's transcript; run it through the Runtime")
     return list(view.transcript())
-
-
-class HybridPolicy(ModelPolicy):
-    """The last ``n`` raw messages of the transcript, then the state view as the last message."""
-
-    kind = "hybrid"
-
-    def __init__(self, provider: Provider, n: int, *, max_repairs: int = 2) -> None:
-        if n < 1:
-            raise UsageError("window size must be >= 1")
-        super().__init__(provider, max_repairs=max_repairs)
-        self.n = n
-
-    def messages(self, view: View[Any]) -> list[Message]:
-        recent = _transcript(view)[-self.n :]
-        return [Message("system", self.system_prompt(view)), *recent, Message("user", view.text)]
 
 
 class SummaryPolicy(ModelPolicy):

@@ -247,5 +247,8 @@ def build_agent(
         constraints=spec.constraints,
         can_ask=False,  # nobody answers during an evaluation
         view_value_chars=value_chars,
+        # The variants compare contexts as they are (a raw-tools state holds whole tool
+        # outputs): a view budget would be another axis, so it is off, not "auto".
+        view_budget=None,
         bind_params=variant.bind,
     )

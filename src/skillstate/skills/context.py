@@ -242,7 +242,12 @@ class SkillContext:
     def fingerprint(self, target: str, *, kind: str = "file") -> Fingerprint:
         """Record what this step relied on (default: the sha256 of file ``target``).
 
-        Recorded with the step; on resume a changed fingerprint marks the step stale.
+        Other kinds: ``sqlite`` (``sqlite_target(db, query)``: the query's rows),
+        ``http`` (a URL's ETag), or one registered with ``register_fingerprint_kind``
+        (:mod:`skillstate.state.fingerprint`). Recorded with the step; on resume, before
+        a ``recheck`` skill and before ``Finish``, a changed fingerprint marks the step
+        stale, with every later step that read what it wrote. Raises
+        :class:`~skillstate.errors.FingerprintUnavailable` when ``target`` cannot be read.
         """
         taken = fingerprints.take(target, kind=kind)
         self.fingerprints.append(taken)

@@ -112,6 +112,7 @@ class SkillOptions(TypedDict, total=False):
     tools: Sequence[str]
     reads: Sequence[str]
     tags: Sequence[str]
+    aliases: Sequence[str]
     step: str | None
     max_retries: int | None
     verify: VerifyFn[Any] | None
@@ -142,6 +143,7 @@ class Skill(Generic[S, P]):
         tools: Sequence[str] = (),
         reads: Sequence[str] = (),
         tags: Sequence[str] = (),
+        aliases: Sequence[str] = (),
         step: str | None = None,
         max_retries: int | None = None,
         verify: VerifyFn[S] | None = None,
@@ -172,7 +174,17 @@ class Skill(Generic[S, P]):
         self.outputs = tuple(outputs)
         self.tools = tuple(tools)
         self.reads = tuple(reads)
+        """Paths of the card the skill reads (fields, dotted paths, fact keys): the view
+        shows those facts; a step whose input goes stale goes stale with it, and a call
+        judged wrong stays rejected until they change. None declared: it depends on
+        every step before it (:mod:`skillstate.state.depends`)."""
         self.tags = tuple(tags)
+        if isinstance(aliases, str):  # aliases="fetch" would be five one-letter names
+            raise UsageError(f"skill {self.name!r}: aliases takes a list of names, not a string")
+        self.aliases = tuple(aliases)
+        """Names this skill had before (a rename): a task pinned to a definition with the
+        old name is carried to this one, as if the agent declared
+        ``patched("alias:OLD", renamed={OLD: name})`` (:mod:`skillstate.definitions`)."""
         self.step = step
         self.max_retries = max_retries
         self._run = run
@@ -241,6 +253,11 @@ class Skill(Generic[S, P]):
     @property
     def has_verify(self) -> bool:
         return self._verify is not None
+
+    @property
+    def verify_function(self) -> VerifyFn[S] | None:
+        """The verifier as declared (what the agent checks can fail at all)."""
+        return self._verify
 
     @property
     def has_rollback(self) -> bool:

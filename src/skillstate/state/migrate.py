@@ -351,11 +351,37 @@ def _base_4_to_5(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _base_5_to_6(doc: dict[str, Any]) -> dict[str, Any]:
+    """Definitions that evolve (issue 26): each feature adds its fields' defaults here."""
+    # Pinned definitions: an old card has no pin; the runtime pins it on its next commit.
+    doc.setdefault("definition", None)
+    doc.setdefault("carried_patches", [])
+    doc.setdefault("skill_instructions", [])  # skill library: loaded SKILL.md instructions
+    doc.setdefault("peek", None)  # evidence on demand: the ref the next view shows raw
+    doc.setdefault("rejected", [])  # rejected approaches: none on an older card
+    doc.setdefault("unchecked_steps", 0)  # transitive staleness
+    _step_paths(doc)  # transitive staleness: what older steps wrote, where it is known
+    return doc
+
+
+def _step_paths(doc: dict[str, Any]) -> None:
+    """Transitive staleness (issue 26): an older record that kept an ``undo`` (a
+    fingerprinted step) wrote that undo's paths; its ``reads`` stay unknown (it depends
+    on everything before it). A record without one never goes stale, as before."""
+    records = doc.get("completed_steps")
+    if not isinstance(records, list):
+        return
+    for record in records:
+        if isinstance(record, dict) and isinstance(record.get("undo"), dict):
+            record.setdefault("writes", list(record["undo"]))
+
+
 BASE_MIGRATIONS: dict[int, MigrationFn] = {
     1: _base_1_to_2,
     2: _base_2_to_3,
     3: _base_3_to_4,
     4: _base_4_to_5,
+    5: _base_5_to_6,
 }
 """Migrations of the base card, by the ``card_version`` they start from."""
 

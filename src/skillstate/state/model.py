@@ -19,16 +19,42 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from datetime import datetime
-from enum import Enum
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from typing_extensions import Self
 
 from skillstate._validation import first_error
 from skillstate.errors import StateError
 from skillstate.state.migrate import check_migrations
+from skillstate.state.records import (
+    Cancelling,
+    Compensation,
+    Decision,
+    Driver,
+    ErrorEntry,
+    ErrorKind,
+    Evidence,
+    FailedAttempt,
+    Fingerprint,
+    Intent,
+    Received,
+    Rejected,
+    SkillInstructions,
+    StepRecord,
+    TaskStatus,
+    ToolApproval,
+    UsageTotals,
+    UserInput,
+    UserMessage,
+    Wait,
+)
 from skillstate.state.secrets import MASK, mask, seal, sensitive_fields, unseal
 
 __all__ = [
@@ -45,6 +71,8 @@ __all__ = [
     "Fingerprint",
     "Intent",
     "Received",
+    "Rejected",
+    "SkillInstructions",
     "StepRecord",
     "TaskStatus",
     "ToolApproval",
@@ -55,303 +83,14 @@ __all__ = [
 ]
 
 
-class TaskStatus(str, Enum):
-    """Lifecycle of a task. Only the runtime moves a task between these."""
-
-    CREATED = "created"
-    RUNNING = "running"
-    WAITING_USER = "waiting_user"
-    WAITING_APPROVAL = "waiting_approval"
-    """A call the policy chose needs a person's approval first (the card's
-    ``pending_approval``); ``approve`` or ``reject`` sets it running again."""
-    WAITING = "waiting"
-    """Waiting for a time or a signal (the card's ``wait`` says which)."""
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    """Stopped between two steps by a person (``skillstate cancel``); the reason and who
-    asked are in the event that cancelled it. Terminal, like ``completed`` and ``failed``."""
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-
-class Fingerprint(_Record):
-    """What a step relied on or changed in the world, as a digest that can be re-checked.
-
-    On resume the runtime recomputes each fingerprint (see
-    :mod:`skillstate.state.fingerprint`); a step whose world changed is stale.
-    """
-
-    kind: str
-    """How to recompute it: ``file`` (sha256 of the file) or a registered kind."""
-    target: str
-    """What it is about: a path, a URL, a row id."""
-    digest: str
-    """The digest when the step ran (``absent`` for a missing file)."""
-
-
-class ToolApproval(_Record):
-    """One call of a gated tool (``gated(tool, approval=...)``) that a person is asked
-    about, or approved, for one step (:mod:`skillstate.control.tool_approvals`)."""
-
-    tool: str
-    args: dict[str, Any] = Field(default_factory=dict)
-    """The arguments the skill called the tool with (as JSON), sealed where the
-    redaction policy would mask them: what a later call must match to run."""
-    edits: dict[str, Any] = Field(default_factory=dict)
-    """Arguments a person changed when approving (validated, sealed likewise): they
-    replace those of the same name in the matching call."""
-
-
-class Intent(_Record):
-    """An effect the runtime committed to run, recorded before it runs.
-
-    While a task has a pending intent, a resumed runtime finishes that action (after
-    asking the skill's probe whether it already happened) instead of deciding anew.
-    """
-
-    step_id: str
-    skill: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    target: str
-    """The state-machine step the action enters."""
-    reason: str = ""
-    key: str
-    """The idempotency key handed to the skill (see :func:`skillstate.engine.effects.effect_key`):
-    the same for every attempt, resume and re-decision of this logical step."""
-    tool: ToolApproval | None = None
-    """In a pending approval: the gated tool call the skill's run stopped at (the
-    approval is for that call, not for the whole skill)."""
-    approved_tools: tuple[ToolApproval, ...] = ()
-    """Gated tool calls people approved for this step: when it runs again, a call that
-    matches one runs without asking."""
-
-
-class Compensation(_Record):
-    """An effect that reached the world and must be undone before the task goes on.
-
-    A compensating rollback (``skillstate rollback --compensate``) queues one per
-    effect it crosses, newest first; the runtime runs each skill's ``rollback``
-    hook and commits after each one, so a crash resumes the queue where it stopped.
-    """
-
-    key: str
-    """The idempotency key the effect ran under."""
-    skill: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    version: int
-    """The version that settled the effect."""
-
-
-class UserInput(_Record):
-    """A reply from the user, numbered in the order the task received them."""
-
-    index: int
-    """0 for the task's first reply, 1 for the next...: ``run(inputs=[...])`` is
-    idempotent per index (a driver re-running after a crash does not repeat one)."""
-    text: str
-
-
-class FailedAttempt(_Record):
-    """A decision that was refused or failed since the task last made progress.
-
-    The view shows these in one line, so the next decision knows what was already
-    tried and why it did not work; the detailed errors stay in the error log.
-    """
-
-    action: str
-    """The action as a short signature: ``append_entry {"n": 6}``, ``finish``."""
-    reason: str
-    times: int = 1
-    """How many decisions in a row (since the last progress) ended this way."""
-
-
-class StepRecord(_Record):
-    """One committed step of the task."""
-
-    id: str
-    """Unique within the task (``0003-record_priority``); re-applying a known id is a no-op."""
-    step: str
-    """The state-machine step the task was in once this step ran."""
-    action: str
-    """``call_skill``, ``ask_user``, ``finish``, ``fail`` or ``revise``."""
-    skill: str | None = None
-    """The skill that ran, for ``call_skill``."""
-    summary: str = ""
-    """One line a reader (or a model) can scan."""
-    fingerprints: tuple[Fingerprint, ...] = ()
-    """What the step relied on; re-checked on resume."""
-    undo: dict[str, Any] | None = None
-    """The values the step's writes replaced (dotted path -> old value), kept only for
-    steps with fingerprints: a stale step's writes are put back to these."""
-
-
-class Evidence(_Record):
-    """A short summary of a raw artifact; the artifact itself stays in the store."""
-
-    kind: str
-    """What produced it: ``tool_output``, ``user_input``, ``file`` ..."""
-    source: str
-    """Which tool, file or person."""
-    summary: str
-    """A line or two; this is what the prompt view shows."""
-    ref: str | None = None
-    """Content address of the raw artifact (``sha256:...``), fetched only on demand."""
-
-
-ErrorKind = Literal[
-    "illegal_transition",
-    "action_rejected",
-    "decision_failed",
-    "verify_failed",
-    "verify_error",
-    "skill_error",
-    "tool_not_allowed",
-    "output_not_declared",
-    "invalid_output",
-    "invariant_failed",
-    "step_failed",
-    "rollback_failed",
-    "task_failed",
-    "stale_step",
-    "stalled",
-    "budget",
-    "compensation_failed",
-    "worker_lost",
-    "dead_letter",
-    "approval_rejected",
-    "wait_timeout",
-]
-"""What went wrong, as a typed tag: a policy (or mypy) can tell the kinds apart."""
-
-
-class ErrorEntry(_Record):
-    """One entry of the error log."""
-
-    kind: ErrorKind
-    """The attempt's failure (``verify_failed``, ``skill_error``, ``invariant_failed``,
-    ``output_not_declared``, ...), the step's summary (``step_failed``), a refused
-    decision (``action_rejected``, ``illegal_transition``, ``decision_failed``), or the
-    runtime's note (``stalled``, ``stale_step``, ``budget``, ``compensation_failed``), or a
-    worker's (``worker_lost``: the worker before it died holding the task; ``dead_letter``:
-    it died too often, the task failed; ``approval_rejected``: a person refused a call
-    that needed approval, with their reason; ``wait_timeout``: a signal did not come in time)."""
-    message: str
-    step_id: str | None = None
-    skill: str | None = None
-    attempt: int = 1
-    """Which attempt of the step failed (1-based)."""
-    max_attempts: int = 1
-    """How many attempts the step was allowed."""
-    permanent: bool = False
-    """The verify said retrying cannot help (``Verdict.failed(..., permanent=True)``)."""
-    trace: str | None = None
-    """Ref of the artifact with the traceback, when a skill or its verify raised."""
-
-
-class UsageTotals(_Record):
-    """Model usage of the whole task, across resumes: what budgets are checked against."""
-
-    calls: int = 0
-    prompt: int = 0
-    completion: int = 0
-    cached: int = 0
-    repairs: int = 0
-    cost: float = 0.0
-
-
-class Driver(_Record):
-    """The model that decides a task, so ``resume`` and ``reply`` go on with it."""
-
-    model: str
-    """A provider spec: ``openai:NAME``, ``local``, ``replay:FILE``."""
-    policy: str = "state"
-    max_repairs: int = 2
-    base_url: str | None = None
-
-
-class Wait(_Record):
-    """What a ``waiting`` task waits for (:mod:`skillstate.control.waits`).
-
-    The deadline is data the decision chose (an absolute time, so a resume in another
-    process agrees on it); when the wait began is in the event that committed it.
-    """
-
-    kind: Literal["until", "signal"]
-    """``until``: a time (``WaitUntil``); ``signal``: a named signal (``WaitFor``)."""
-    signal: str | None = None
-    """The signal waited for (a name the agent declares in ``Agent(signals=...)``)."""
-    deadline: datetime | None = None
-    """When the wait ends (UTC): the wake-up time of ``until``, the timeout of ``signal``
-    (``None``: a signal waited for without a timeout)."""
-    timeout: float | None = None
-    """The signal's timeout in seconds, as decided (for the timeout's message)."""
-    reason: str = ""
-    on_timeout: str | None = None
-    """The machine step a timed-out signal wait goes to; ``None``: the task fails."""
-
-
-class Received(_Record):
-    """The latest signal of one name that a wait consumed (the card's ``signals``)."""
-
-    seq: int
-    """Its number in the task's inbox: a later wait consumes only a later one."""
-    data: dict[str, Any] | None = None
-    """Its payload as JSON, validated against the schema the agent declares
-    (``View.signal(name)`` gives it typed); ``None`` if none was usable yet."""
-
-
-class UserMessage(_Record):
-    """A message sent to the task while it ran (``skillstate send``), taken from its inbox.
-
-    It stays in the card until a decision has seen it (:mod:`skillstate.control.inbox`).
-    """
-
-    seq: int
-    """Its number in the task's inbox (:meth:`~skillstate.store.base.Store.post`)."""
-    text: str
-    actor: str = ""
-    """Who sent it (``$SKILLSTATE_ACTOR`` or the OS user of ``skillstate send``)."""
-    at: datetime
-    """When it was sent (UTC)."""
-    urgent: bool = False
-    """Sent to an agent with ``messages="interrupt"``: the next decision sees it first."""
-    interrupted: str | None = None
-    """The open question it interrupted (the task was waiting for a reply), if any."""
-
-
-class Cancelling(_Record):
-    """A cancel in progress: its effects are being undone before the task is cancelled."""
-
-    seq: int
-    """The cancel's number in the task's inbox."""
-    reason: str = ""
-    actor: str = ""
-    compensate: bool = False
-
-
-class Decision(_Record):
-    """The last action the policy took, and why."""
-
-    action: str
-    target: str | None = None
-    """The skill called, the step entered, or ``None``."""
-    reason: str = ""
-
-
-CARD_VERSION = 5
+CARD_VERSION = 6
 """The base card's own format. 2 added ``steps_taken``, ``tried``, ``no_progress``,
 ``compensations``, ``effect_generations``, ``StepRecord.undo`` and
 ``ErrorEntry.permanent``; 3 turned the one-slot ``inbox`` into ``inputs`` (a queue of
 numbered replies) and ``inputs_received``; 4 added ``replies_ahead``; 5 (long-running
 control, issue 25) added ``wait``, ``signals``, ``pending_approval``, ``messages``,
-``inbox_seen`` and ``cancelling``."""
+``inbox_seen`` and ``cancelling``; 6 (definitions that evolve, issue 26) added
+the fields listed in :func:`skillstate.state.migrate._base_5_to_6`."""
 
 #: Fields only the runtime writes. A skill that declares one of these in
 #: ``outputs`` is refused at definition time.
@@ -381,10 +120,15 @@ PROTECTED_FIELDS = frozenset(
         "compensations",
         "effect_generations",
         "tried",
+        "peek",  # evidence on demand (issue 26)
+        "rejected",  # rejected approaches (issue 26)
+        "unchecked_steps",  # transitive staleness (issue 26)
         "no_progress",
         "usage",
         "driver",
         "agent",
+        "definition",
+        "carried_patches",
         "version",
         "schema_version",
         "card_version",
@@ -412,6 +156,8 @@ class AgentState(BaseModel):
     """Evidence is a bounded buffer: the oldest summaries go first (the refs stay valid)."""
     MAX_ERRORS: ClassVar[int] = 50
     """The error log keeps this many entries in state; events keep all of them."""
+    MAX_REJECTED: ClassVar[int] = 8
+    """``rejected`` keeps this many calls; the oldest goes first."""
     MAX_STEPS: ClassVar[int] = 20
     """``completed_steps`` keeps the most recent records, this many; ``steps_taken``
     counts all of them and the event log keeps every one (``View.step(id)`` finds an
@@ -436,6 +182,13 @@ class AgentState(BaseModel):
     facts: dict[str, Any] = Field(default_factory=dict)
     """Key results that later decisions need (small values, not raw tool output)."""
     evidence: tuple[Evidence, ...] = ()
+    peek: str | None = None
+    """The ref of the evidence a ``load_evidence`` decision asked to see raw: the next
+    decision's view shows the artifact (bounded, masked), never the card; that
+    decision's commit clears it (evidence on demand, issue 26)."""
+    skill_instructions: tuple[SkillInstructions, ...] = ()
+    """Instructions loaded by model-facing skills (``SKILL.md``), the latest last: the
+    view shows them to every decision while they are here (skill library, issue 26)."""
     errors: tuple[ErrorEntry, ...] = ()
     last_decision: Decision | None = None
     active_skill: str | None = None
@@ -481,6 +234,14 @@ class AgentState(BaseModel):
     tried: tuple[FailedAttempt, ...] = ()
     """Refused or failed decisions since the last progress (what the view's "already
     tried" line shows); cleared by a step that makes progress or by a reply."""
+    rejected: tuple[Rejected, ...] = ()
+    """Skill calls judged wrong (a failed verify, a person's rejection), newest last,
+    :attr:`MAX_REJECTED` of them: they survive unrelated progress and go when a value
+    they depended on changes (:mod:`skillstate.engine.rejections`)."""
+    unchecked_steps: int = 0
+    """Steps that could go stale but left the card's window (more than
+    :attr:`MAX_STEPS` of them could): their fingerprints are no longer re-checked.
+    Raise ``MAX_STEPS`` on the state class if this grows for your tasks."""
     no_progress: int = 0
     """Decisions in a row that changed nothing but bookkeeping (the stall guard's count)."""
     usage: UsageTotals = Field(default_factory=UsageTotals)
@@ -489,6 +250,15 @@ class AgentState(BaseModel):
     """The model deciding this task (``None``: the agent's own policy)."""
     agent: str | None = None
     """``module:attr`` of the agent driving this task, so ``resume`` can find it."""
+    definition: str | None = None
+    """The definition this task is pinned to: ``sha256:<hex>`` of its agent's manifest
+    (machine, skills, state schema; :mod:`skillstate.definitions`), stored as an
+    artifact under that ref. A step under another definition is refused unless the
+    agent declares how to carry the change; ``None`` on a card older than pins (its
+    next commit pins it)."""
+    carried_patches: tuple[str, ...] = ()
+    """The patches (``patched(...)`` ids) this task was carried across: it started
+    before them (:func:`skillstate.definitions.is_patched` is false for these)."""
     version: int = 0
     """Bumped by every commit; the store's compare-and-set keys on it."""
     schema_version: int = Field(default=-1, validate_default=True)
@@ -586,8 +356,9 @@ class AgentState(BaseModel):
     def with_step(self, record: StepRecord) -> Self:
         """Append ``record`` unless a step with its id is already recorded (idempotent).
 
-        The window keeps :attr:`MAX_STEPS` records: the oldest without fingerprints
-        leaves first.
+        The window keeps :attr:`MAX_STEPS` records: the oldest that can never go stale
+        leaves first, then the oldest that can only go stale through another step,
+        fingerprinted steps last (:func:`_window`).
         """
         if self.has_step(record.id):
             return self
@@ -597,10 +368,15 @@ class AgentState(BaseModel):
             if label in pending:
                 pending.remove(label)
                 break
+        kept, unchecked = _window((*self.completed_steps, record), type(self).MAX_STEPS)
+        changes: dict[str, Any] = {}
+        if unchecked:
+            changes["unchecked_steps"] = self.unchecked_steps + unchecked
         return self.replace(
-            completed_steps=_window((*self.completed_steps, record), type(self).MAX_STEPS),
+            completed_steps=kept,
             steps_taken=self.steps_taken + 1,
             pending_steps=tuple(pending),
+            **changes,
         )
 
     def with_evidence(self, items: Iterable[Evidence]) -> Self:
@@ -667,20 +443,39 @@ class AgentState(BaseModel):
             yield name, (MASK if name in hidden and value is not None else value)
 
 
-def _window(records: tuple[StepRecord, ...], size: int) -> tuple[StepRecord, ...]:
-    """The last ``size`` records, dropping the oldest unfingerprinted ones first."""
+def _window(records: tuple[StepRecord, ...], size: int) -> tuple[tuple[StepRecord, ...], int]:
+    """The last ``size`` records, and how many that could go stale had to leave.
+
+    The oldest records that can never go stale (no ``undo``) leave first, then the
+    oldest that can only go stale through another step, fingerprinted ones last: a
+    resume can still re-check those (:mod:`skillstate.state.depends`).
+    """
     size = max(size, 1)
     excess = len(records) - size
     if excess <= 0:
-        return records
+        return records, 0
     dropped: set[int] = set()
-    for index, record in enumerate(records):
-        if len(dropped) == excess:
-            break
-        if not record.fingerprints:
-            dropped.add(index)
+    for tier in (_never_stale, _stale_through_others, _fingerprinted):
+        for index, record in enumerate(records):
+            if len(dropped) == excess:
+                break
+            if index not in dropped and tier(record):
+                dropped.add(index)
     kept = tuple(r for index, r in enumerate(records) if index not in dropped)
-    return kept[-size:]
+    unchecked = sum(1 for index in dropped if records[index].undo is not None)
+    return kept, unchecked
+
+
+def _never_stale(record: StepRecord) -> bool:
+    return record.undo is None and not record.fingerprints
+
+
+def _stale_through_others(record: StepRecord) -> bool:
+    return not record.fingerprints
+
+
+def _fingerprinted(record: StepRecord) -> bool:
+    return True
 
 
 _ASSIGNABLE: dict[type[AgentState], bool] = {}

@@ -6,8 +6,12 @@ deterministic: the same state gives the same bytes, which makes views diffable,
 cacheable and testable.
 
 Sections are rendered in priority order; with a token budget the lowest-priority
-content goes first (oldest evidence, then older failed attempts, then older
-completed steps). Goal and constraints are never dropped.
+content is hidden first (oldest evidence, older failed attempts, older completed
+steps, then facts and typed fields by their declared priority), each hidden kind
+leaving a marker; goal and constraints are never hidden, and a view still over its
+budget reports the overrun (:mod:`skillstate.state.budget`). Evidence the previous
+decision asked to see (``load_evidence``) is shown raw, bounded and masked, to this
+decision only (:attr:`View.peek`).
 
 Failures reach the decision as one line: what was already tried since the task
 last made progress, and why it did not work (``state.tried``). The error log's
@@ -16,7 +20,6 @@ details stay in the card and the events, not in the decision context.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,25 +28,36 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from skillstate.errors import UsageError
+from skillstate.events import Candidate
 from skillstate.llm.tokens import count_tokens, tokenizer_name
-from skillstate.skills.binding import BoundParams, FromState, OneOf, bindings, decided
-from skillstate.state.model import AgentState, FailedAttempt, StepRecord, UserMessage
-from skillstate.state.secrets import MASK, sensitive_fields
+from skillstate.skills.binding import BoundParams, decided
+from skillstate.state.model import AgentState, FailedAttempt, Rejected, StepRecord, UserMessage
+from skillstate.state.rejected import holding
+from skillstate.state.view_text import (
+    PEEK_CHARS,
+    VALUE_CHARS,
+    Peek,
+    Rendered,
+    peek_lines,
+    signature,
+    trimmed,
+)
 
 if TYPE_CHECKING:
     from skillstate.llm.base import Message
     from skillstate.skills.skill import Skill
     from skillstate.state.machine import StateMachine
 
-__all__ = ["View", "render_view"]
+__all__ = ["PEEK_CHARS", "VALUE_CHARS", "Peek", "View", "render_view"]
 
 S_co = TypeVar("S_co", bound=AgentState, covariant=True)
 S = TypeVar("S", bound=AgentState)
 """The agent's state class (a view only hands it out: covariant)."""
 
-RECENT_STEPS = 5
-RECENT_EVIDENCE = 5
-VALUE_CHARS = 200
+Choose = Callable[
+    [Sequence["Skill[Any, Any]"]], tuple[Sequence["Skill[Any, Any]"], tuple[Candidate, ...]]
+]
+"""Picks the skills a decision is offered among those that apply, with their scores."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,17 +97,28 @@ class View(Generic[S_co]):
     """Finds an older step's record in the event log (see :meth:`step`); set by the runtime."""
     budget: int | None = None
     """Token budget of :attr:`text` (``None``: rendered whole)."""
-    render: Callable[[int | None], tuple[str, int | None, tuple[str, ...]]] | None = field(
+    render: Callable[[int | None, Sequence[str]], Rendered] | None = field(
         default=None, compare=False, repr=False
     )
-    """Renders the text under a budget: ``(text, tokens if counted, dropped)``."""
+    """Renders the text under a budget, with the lines showing :attr:`peek`."""
+    artifact: Callable[[str], str | None] | None = field(default=None, compare=False, repr=False)
+    """Reads one raw artifact of the task, masked like tool outputs (``None``: not in the
+    store); set by the runtime, so the view can show what ``load_evidence`` asked for."""
+    peek_chars: int = field(default=0, compare=False)
+    """At most this many characters of :attr:`peek` are shown (0: :data:`PEEK_CHARS`;
+    a budgeted view shows at most twice its budget's tokens in characters)."""
     catalog: Callable[[], tuple[tuple[str, str], ...]] | None = field(
         default=None, compare=False, repr=False
     )
+    candidates: tuple[Candidate, ...] = ()
+    """With a skill retriever (``Agent(retriever=...)``): the skills this decision is
+    offered (:attr:`skills`) and how they ranked; recorded on the decision's event."""
 
     @cached_property
-    def _rendered(self) -> tuple[str, int | None, tuple[str, ...]]:
-        return self.render(self.budget) if self.render is not None else ("", 0, ())
+    def _rendered(self) -> Rendered:
+        if self.render is None:
+            return Rendered("", 0, (), None)
+        return self.render(self.budget, peek_lines(self.peek))
 
     @property
     def text(self) -> str:
@@ -105,6 +130,18 @@ class View(Generic[S_co]):
         """Tokens of :attr:`text` under :attr:`tokenizer` (counted on first use)."""
         known = self._rendered[1]
         return known if known is not None else count_tokens(self.text)
+
+    @property
+    def rendered(self) -> bool:
+        """Whether :attr:`text` was rendered (read, or counted); asking renders nothing."""
+        return "_rendered" in self.__dict__
+
+    @property
+    def shown_peek(self) -> str | None:
+        """The ref of the raw evidence this view showed (its :attr:`text` or :attr:`peek`
+        was read), else ``None``; asking reads nothing."""
+        shown = self.rendered or "peek" in self.__dict__
+        return getattr(self.state, "peek", None) if shown else None
 
     @property
     def counted_tokens(self) -> int | None:
@@ -121,8 +158,35 @@ class View(Generic[S_co]):
 
     @property
     def dropped(self) -> tuple[str, ...]:
-        """What a token budget removed, e.g. ``("evidence", "evidence")``."""
+        """What the token budget hid, in the order it chose: ``evidence``, ``tried``,
+        ``steps``, ``facts.KEY`` or a typed field's name, e.g. ``("evidence", "facts.raw")``."""
         return self._rendered[2]
+
+    @property
+    def overrun(self) -> int | None:
+        """Tokens :attr:`text` is over :attr:`budget` even with everything hideable hidden
+        (0: it fits; ``None``: no budget). Recorded on the decision's event."""
+        return self._rendered.overrun
+
+    @cached_property
+    def peek(self) -> Peek | None:
+        """The raw evidence the previous decision asked to see (``load_evidence``), masked
+        and bounded; :attr:`text` shows it to this decision only. ``None``: none asked."""
+        ref = getattr(self.state, "peek", None)
+        if ref is None:
+            return None
+        raw = self.artifact(ref) if self.artifact is not None else None
+        limit = self.peek_chars or PEEK_CHARS
+        if self.budget is not None:
+            limit = min(limit, 2 * self.budget)
+        if raw is None:
+            return Peek(ref, None, 0)
+        return Peek(ref, raw[:limit], len(raw))
+
+    @property
+    def evidence_refs(self) -> tuple[str, ...]:
+        """Refs of the card's evidence: what ``load_evidence`` is offered for."""
+        return tuple(dict.fromkeys(e.ref for e in self.state.evidence if e.ref))
 
     @cached_property
     def skill_catalog(self) -> tuple[tuple[str, str], ...]:
@@ -167,6 +231,12 @@ class View(Generic[S_co]):
         return self.state.tried[-1] if self.state.tried else None
 
     @property
+    def rejected(self) -> tuple[Rejected, ...]:
+        """Calls judged wrong earlier that still hold (what they read is unchanged), of
+        the skills offered now; a ``permanent`` one is refused if made again."""
+        return holding(self.state, self.skills)
+
+    @property
     def can_revise(self) -> bool:
         """Whether ``revise`` is offered: a user's reply (or a message sent while the task
         ran) is waiting to be used."""
@@ -185,6 +255,7 @@ class View(Generic[S_co]):
             stepped=self.stepped,
             can_wait=self.can_wait,
             signals=tuple(self.signals),
+            evidence=self.evidence_refs,
         )
 
 
@@ -201,10 +272,13 @@ def render_view(
     bind: bool = True,
     can_wait: bool = False,
     signals: Mapping[str, type[BaseModel]] | None = None,
+    choose: Choose | None = None,
 ) -> View[S]:
     """The :class:`View` of ``state``; its text is rendered (trimmed to ``budget``
     tokens if given) when first read. With ``bind``, params bound from the state
-    (:mod:`skillstate.skills.binding`) leave the decision and show their value."""
+    (:mod:`skillstate.skills.binding`) leave the decision and show their value.
+    ``choose`` (a skill library's retrieval, :mod:`skillstate.library.select`) picks
+    the skills offered among those that apply; the catalog then lists only those."""
     # A finished task has nothing left to call; a skill applies when its `when` holds
     # and the machine allows entering its step from here (else calling it could
     # only be refused as an illegal transition).
@@ -218,15 +292,29 @@ def render_view(
         if found is not None:  # else a bound param has nothing to bind: it cannot apply
             decisions[s.name] = found
     applicable = [s for s in applicable if s.name in decisions]
+    candidates: tuple[Candidate, ...] = ()
+    if choose is not None:
+        chosen, candidates = choose(applicable)
+        applicable = list(chosen)
+        decisions = {s.name: decisions[s.name] for s in applicable}
     next_steps = tuple(sorted(machine.allowed(state.current_step))) if machine else ()
 
-    def render(limit: int | None) -> tuple[str, int | None, tuple[str, ...]]:
-        return _trimmed(
-            state, applicable, decisions, next_steps, budget=limit, value_chars=value_chars
+    def render(limit: int | None, peek: Sequence[str] = ()) -> Rendered:
+        return trimmed(
+            state,
+            applicable,
+            decisions,
+            next_steps,
+            budget=limit,
+            value_chars=value_chars,
+            peek=peek,
         )
 
+    # With a retriever, listing every skill would put thousands in the system prompt.
+    listed = skills if choose is None else applicable
+
     def catalog() -> tuple[tuple[str, str], ...]:
-        return tuple((f"{s.name}({_signature(s, bind)})", s.description) for s in skills)
+        return tuple((f"{s.name}({signature(s, bind)})", s.description) for s in listed)
 
     return View(
         state=state,
@@ -242,184 +330,5 @@ def render_view(
         budget=budget,
         render=render,
         catalog=catalog,
+        candidates=candidates,
     )
-
-
-def _signature(skill: Skill[Any, Any], bind: bool) -> str:
-    """The params a decision gives, as the system prompt lists them (bound ones left out)."""
-    bound = bindings(skill.params) if bind else {}
-    return ", ".join(
-        n for n in skill.params.model_fields if not isinstance(bound.get(n), FromState)
-    )
-
-
-def _call_line(skill: Skill[Any, Any], decision: BoundParams) -> str:
-    """``- name(params): description``, bound values shown as ``i=3 (from next_record)``."""
-    marks = bindings(skill.params) if decision.values else {}
-    shown = [
-        f"{n}={json.dumps(decision.values[n], ensure_ascii=False)} "
-        f"(from {marks[n].describe() if isinstance(marks[n], FromState) else 'the only choice'})"
-        if n in decision.values
-        else n
-        for n in skill.params.model_fields
-    ]
-    choices = [
-        f"{n} one of {list(getattr(f.annotation, '__args__', ()))}"
-        for n, f in decision.model.model_fields.items()
-        if isinstance(bindings(skill.params).get(n), OneOf)
-    ]
-    params = ", ".join(shown) or "no params"
-    extra = f" [{'; '.join(choices)}]" if choices else ""
-    return f"- {skill.name}({params}): {skill.description}{extra}"
-
-
-def _trimmed(
-    state: AgentState,
-    applicable: Sequence[Skill[Any, Any]],
-    decisions: Mapping[str, BoundParams],
-    next_steps: tuple[str, ...],
-    *,
-    budget: int | None,
-    value_chars: int,
-) -> tuple[str, int | None, tuple[str, ...]]:
-    evidence = list(state.evidence[-RECENT_EVIDENCE:])
-    tried = list(state.tried)
-    steps = list(state.completed_steps[-RECENT_STEPS:])
-    dropped: list[str] = []
-
-    def build() -> str:
-        return _render(
-            state,
-            applicable,
-            decisions,
-            next_steps=next_steps,
-            evidence=evidence,
-            tried=tried,
-            steps=steps,
-            value_chars=value_chars,
-        )
-
-    text = build()
-    if budget is None:
-        return text, None, ()
-    tokens = count_tokens(text)
-    # Trim in priority order until it fits; goal and constraints are never touched.
-    for bucket, name in ((evidence, "evidence"), (tried, "tried"), (steps, "steps")):
-        while tokens > budget and bucket:
-            bucket.pop(0)
-            dropped.append(name)
-            text = build()
-            tokens = count_tokens(text)
-    return text, tokens, tuple(dropped)
-
-
-def _render(
-    state: AgentState,
-    applicable: Sequence[Skill[Any, Any]],
-    decisions: Mapping[str, BoundParams],
-    *,
-    next_steps: Sequence[str],
-    evidence: Sequence[Any],
-    tried: Sequence[Any],
-    steps: Sequence[Any],
-    value_chars: int = VALUE_CHARS,
-) -> str:
-    lines = [f"## Task {state.task_id}", f"Goal: {state.goal or '(none)'}"]
-    if state.constraints:
-        lines.append("Constraints (hard rules, always apply):")
-        lines += [f"- {c}" for c in state.constraints]
-    lines.append(f"Status: {state.status.value} | step: {state.current_step}")
-    # An interrupting message comes before everything else the decision reads.
-    lines += [_message_line(m) for m in state.messages if m.urgent]
-    if next_steps:
-        lines.append(f"Allowed next steps: {', '.join(next_steps)}")
-    done = ", ".join(s.id for s in steps)
-    earlier = state.step_count - len(steps)
-    if earlier:
-        done = f"({earlier} earlier) " + done
-    lines.append(f"Completed: {done or 'none'}")
-    if state.pending_steps:
-        lines.append(f"Pending: {', '.join(state.pending_steps)}")
-    fields = _fields(state, applicable, value_chars)
-    if fields:
-        lines.append("Facts:")
-        lines += [f"- {k}: {v}" for k, v in fields]
-    if state.last_decision:
-        d = state.last_decision
-        target = f" {d.target}" if d.target else ""
-        lines.append(f"Last decision: {d.action}{target}" + (f" ({d.reason})" if d.reason else ""))
-    if evidence:
-        lines.append("Evidence:")
-        lines += [_evidence_line(e) for e in evidence]
-    lines += _signal_lines(state, value_chars)
-    if tried:
-        lines.append("Already tried without progress: " + "; ".join(_tried(t) for t in tried))
-    if applicable:
-        lines.append("Skills you can call now:")
-        lines += [_call_line(s, decisions[s.name]) for s in applicable]
-    if state.question:
-        lines.append(f"Open question: {state.question}")
-    for reply in state.inputs:
-        lines.append(f"User input #{reply.index + 1}: {reply.text}")
-    lines += [_message_line(m) for m in state.messages if not m.urgent]
-    return "\n".join(lines)
-
-
-def _message_line(message: UserMessage) -> str:
-    """A message sent while the task ran (control.inbox), as the view shows it once."""
-    who = f" from {message.actor}" if message.actor else ""
-    if not message.urgent:
-        return f"Message{who} (sent while the task ran): {message.text}"
-    asked = f" (it interrupts your question: {message.interrupted})" if message.interrupted else ""
-    return f"URGENT message{who}, read this first{asked}: {message.text}"
-
-
-def _fields(
-    state: AgentState, applicable: Sequence[Skill[Any, Any]], limit: int = VALUE_CHARS
-) -> list[tuple[str, str]]:
-    """Typed custom fields and facts. If every applicable skill declares ``reads``,
-    only the facts they read are shown."""
-    reads: set[str] | None = None
-    if applicable and all(s.reads for s in applicable):
-        reads = {r for s in applicable for r in s.reads}
-    out: list[tuple[str, str]] = []
-    # A sensitive value is shown as *** (never to a model), but shown: the policy
-    # may need to know that a token is there.
-    hidden = sensitive_fields(type(state))
-    for name in state.custom_fields():
-        value = getattr(state, name)
-        if value is None or (reads is not None and name not in reads):
-            continue
-        out.append((name, MASK if name in hidden else _short(value, limit)))
-    for key, value in state.facts.items():
-        if reads is not None and f"facts.{key}" not in reads and key not in reads:
-            continue
-        out.append((key, _short(value, limit)))
-    return out
-
-
-def _signal_lines(state: AgentState, limit: int) -> list[str]:
-    """The payload of the latest signal of each name a wait received."""
-    return [
-        f"Signal received: {name} {_short(received.data, limit)}"
-        for name, received in state.signals.items()
-        if received.data is not None
-    ]
-
-
-def _tried(t: Any) -> str:
-    times = f" ({t.times}x)" if t.times > 1 else ""
-    return f"{t.action}{times} -> {t.reason}"
-
-
-def _evidence_line(e: Any) -> str:
-    # A short ref prefix is enough for a human to match it in `skillstate log`.
-    ref = f" ({e.ref[:19]})" if e.ref else ""
-    return f"- [{e.source}] {e.summary}{ref}"
-
-
-def _short(value: Any, limit: int = VALUE_CHARS) -> str:
-    if hasattr(value, "model_dump"):
-        value = value.model_dump(mode="json")
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -214,6 +214,14 @@ class StepRow:
     duration_ms: float
     step_id: str | None
     action: dict[str, Any] = field(default_factory=dict)
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    """The skills a retriever offered the decision, with their scores (skill library)."""
+    view_budget: int | None = None
+    """The token budget the decision's view was fitted into (``None``: none)."""
+    view_overrun: int | None = None
+    """Tokens that view was over its budget with everything hideable hidden."""
+    view_peek: str | None = None
+    """Ref of the raw evidence the view showed (an earlier ``load_evidence``)."""
 
     def as_json(self) -> dict[str, Any]:
         data = dict(vars(self).items())
@@ -273,6 +281,10 @@ def _step_row(event: Event, decision: int | None, masker: Masker) -> StepRow:
         duration_ms=round(max(spent, 0.0), 1),
         step_id=event.step_id,
         action=action,
+        candidates=[c.model_dump(mode="json") for c in event.candidates or ()],
+        view_budget=event.view_budget,
+        view_overrun=event.view_overrun,
+        view_peek=event.view_peek,
     )
 
 

@@ -49,6 +49,7 @@ from skillstate.engine.runtime import Runtime
 from skillstate.errors import (
     AgentImportError,
     Conflict,
+    DefinitionChanged,
     LeaseHeld,
     ProviderError,
     TaskNotFound,
@@ -56,6 +57,7 @@ from skillstate.errors import (
 from skillstate.state.model import TaskStatus
 from skillstate.store.base import Lease, Store
 from skillstate.workers.crashes import crash_note, dead_letter, reason_to_fail
+from skillstate.workers.routing import definition_queue
 from skillstate.workers.settings import Message, WorkerSettings
 from skillstate.workers.sweep import SWEEPER
 
@@ -73,6 +75,7 @@ OutcomeKind = Literal[
     "budget",
     "stalled",
     "requeued",
+    "rerouted",
     "stale",
     "held",
     "retry_later",
@@ -243,6 +246,8 @@ class Advancer:
             result = runtime.run(task_id, max_steps=self.settings.slice_steps, stop=self.stopping)
         except ProviderError as exc:
             return self._provider_error(runtime, message, exc, enqueue)
+        except DefinitionChanged as exc:  # pinned to a definition this worker does not have
+            return self._other_definition(runtime, message, exc, enqueue)
         if result.stopped == "waiting":
             return self._requeue_wait(runtime, message, result, enqueue)
         if result.stopped != "max_steps":
@@ -300,6 +305,23 @@ class Advancer:
         )
         enqueue(retry, wait)
         return Outcome("provider_retry", version, detail=f"{exc}; again in {wait:.1f}s")
+
+    def _other_definition(
+        self, runtime: Runtime[Any], message: Message, exc: DefinitionChanged, enqueue: Enqueue
+    ) -> Outcome:
+        """Never run a task under a definition it is not pinned to: forward it to its
+        definition's queue (routing on), else dead-letter it with the reason
+        (:mod:`skillstate.workers.routing`)."""
+        task_id = message.task_id
+        version = runtime.load(task_id).version
+        if self.settings.route_definitions and exc.pinned and not exc.blocked:
+            queue = definition_queue(message.queue, exc.pinned)
+            if queue != message.queue:  # already on it: a misconfigured worker, not a bounce
+                # Sent under the lease, as a continuation: its worker takes the task over.
+                enqueue(Message(task_id, version, queue=queue, after=runtime.worker), 0.0)
+                return Outcome("rerouted", version, detail=f"to {queue}: {exc}")
+        dead_letter(runtime, task_id, reason_to_fail(str(exc)))
+        return Outcome("dead_letter", runtime.load(task_id).version, detail=str(exc))
 
     def allows(self, ref: str | None) -> bool:
         """Whether this worker may import the agent ``ref`` (a task's card names it)."""

@@ -196,7 +196,8 @@ def _advance(self: Any, task_id: str, expected: int, attempt: int = 0, after: st
 
 
 def _log(message: Message, outcome: Outcome) -> None:
-    level = logging.WARNING if outcome.kind in {"dead_letter", "not_allowed"} else logging.INFO
+    loud = {"dead_letter", "not_allowed", "rerouted"}  # rerouted: it waits for another worker
+    level = logging.WARNING if outcome.kind in loud else logging.INFO
     log.log(
         level,
         "task %s (message v%s): %s after %d step(s), now v%s %s",

@@ -83,6 +83,10 @@ class WorkerSettings:
     """Agent references this worker may import, besides the configured allow-list
     (``[tool.skillstate] agents``, ``SKILLSTATE_AGENTS``, entry points, the demos).
     A reference named only by a stored card is never imported otherwise."""
+    route_definitions: bool = False
+    """A task pinned to a definition this worker's agent does not have (and cannot
+    carry) goes to that definition's queue, ``<queue>.def-<digest12>``, instead of being
+    dead-lettered (:mod:`skillstate.workers.routing`)."""
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt + 1`` of a provider error."""
