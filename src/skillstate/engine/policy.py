@@ -351,7 +351,7 @@ HYBRID_RULE = (
 STATE_HEADER = "The current state of the task (verified; it wins over the messages above):\n"
 
 
-class HybridPolicy(ModelPolicy):
+class HybridPolicy(WindowPolicy):
     """The seeds' hybrid context: the last ``n`` raw messages of the conversation, then
     the state view, with the rule stated that the state wins (seed 000 §2.4, 003 §6.3).
 
@@ -362,20 +362,6 @@ class HybridPolicy(ModelPolicy):
     """
 
     kind = "hybrid"
-
-    def __init__(
-        self,
-        provider: Provider,
-        n: int,
-        *,
-        max_repairs: int = 2,
-        system: str | None = None,
-        max_tokens: int | None = None,
-    ) -> None:
-        if n < 1:
-            raise UsageError("window size must be >= 1")
-        super().__init__(provider, max_repairs=max_repairs, system=system, max_tokens=max_tokens)
-        self.n = n
 
     def system_prompt(self, view: View[Any]) -> str:
         return f"{super().system_prompt(view)}\n{HYBRID_RULE.format(n=self.n)}"

@@ -18,7 +18,6 @@ error message or a log line.
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from typing import Any
 
 from skillstate.errors import MissingExtra, ProviderError, UsageError
 from skillstate.library.retrieval import SkillDocument
+from skillstate.llm.openai_compat import endpoint
 
 __all__ = ["EmbeddingRetriever"]
 
@@ -66,15 +66,7 @@ class EmbeddingRetriever:
         openai, self._np = _imports()
         if batch_size < 1:
             raise UsageError("batch_size must be >= 1")
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        key = api_key or os.environ.get("OPENAI_API_KEY") or None
-        if key is None:
-            if base_url is None:
-                raise ProviderError(
-                    f"embeddings from {model} need an API key: set "
-                    "OPENAI_API_KEY (or give a base URL for a local server)"
-                )
-            key = "not-needed"
+        base_url, key = endpoint(base_url, api_key, what=f"embeddings from {model}")
         self.model = model
         self.base_url = base_url
         self.dimensions = dimensions

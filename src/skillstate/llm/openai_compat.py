@@ -54,6 +54,22 @@ _ADAPTABLE_STATUS = frozenset({400, 404, 415, 422, 501})
 _REJECTS_FORMAT = ("response_format", "json_schema", "json_object", "structured output")
 
 
+def endpoint(base_url: str | None, api_key: str | None, *, what: str) -> tuple[str | None, str]:
+    """The server and key to call: the arguments, else ``$OPENAI_BASE_URL`` and
+    ``$OPENAI_API_KEY``. A local server (a base URL) needs no key (the SDK insists on
+    one: :data:`PLACEHOLDER_KEY`); the hosted API without one is a ProviderError."""
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    if key is None:
+        if base_url is None:
+            raise ProviderError(
+                f"{what} needs an API key: set OPENAI_API_KEY "
+                "(or give a base URL for a local server)"
+            )
+        key = PLACEHOLDER_KEY
+    return base_url, key
+
+
 def _sdk() -> Any:
     """Import ``openai`` now that an OpenAI provider is really wanted."""
     try:
@@ -85,15 +101,7 @@ class OpenAIProvider:
         openai = _sdk()
         if not model:
             raise ProviderError("the OpenAI provider needs a model name")
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        key = api_key or os.environ.get("OPENAI_API_KEY") or None
-        if key is None:
-            if base_url is None:
-                raise ProviderError(
-                    f"openai:{model} needs an API key: set OPENAI_API_KEY "
-                    "(or give a base URL for a local server)"
-                )
-            key = PLACEHOLDER_KEY
+        base_url, key = endpoint(base_url, api_key, what=f"openai:{model}")
         self.model = model
         self.name = f"openai:{model}"
         self.base_url = base_url
