@@ -29,7 +29,6 @@ from skillstate import (
 from skillstate.definitions import definition_of
 from skillstate.engine.aruntime import AsyncRuntime
 from skillstate.events import Event
-from skillstate.state.model import CARD_VERSION
 from skillstate.store.base import Store
 from skillstate.store.memory import MemoryStore
 from tests.definition_support import RENAME, FetchState, build, v1, v1_fetch2, v2, v2_patched
@@ -353,7 +352,7 @@ class TestOldCards:
         document = v1.new_state(TASK).replace(version=1).to_json()
         for name in ("definition", "carried_patches"):
             document.pop(name)
-        document["card_version"] = CARD_VERSION - 1
+        document["card_version"] = 5  # the last version before pins
         store.commit(
             TASK,
             0,

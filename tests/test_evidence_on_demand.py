@@ -300,13 +300,37 @@ def test_loading_is_not_progress() -> None:
     def decide(view: View[Export]) -> CallSkill | LoadEvidence:
         if not view.state.evidence:
             return CallSkill(skill="export")
-        return LoadEvidence(ref=view.evidence_refs[0])
+        # The card's ref, not view.evidence_refs: a model is no longer offered the ref
+        # its view already shows raw, but a Python policy can still name it.
+        return LoadEvidence(ref=view.state.evidence[0].ref or "")
 
     agent = replace(export_agent(), policy=ScriptedPolicy(decide))
     result = Runtime(agent, store, max_steps=20).run("t", create=True)
     assert result.stopped == "stalled"
     assert result.state.errors[-1].kind == "stalled"
     assert "load_evidence" in result.state.errors[-1].message
+
+
+def test_the_ref_a_view_shows_raw_is_not_offered_again() -> None:
+    """After a load, the next view shows that artifact raw and offers only the others:
+    a model cannot spend its decisions loading the same artifact over and over."""
+    store = MemoryStore()
+    seen: list[tuple[str, ...]] = []
+
+    def decide(view: View[Export]) -> CallSkill | LoadEvidence | Finish:
+        seen.append(view.evidence_refs)
+        if not view.state.evidence:
+            return CallSkill(skill="export")
+        if view.state.peek is None:
+            return LoadEvidence(ref=view.evidence_refs[0])
+        return Finish(summary="seen")
+
+    agent = replace(export_agent(), policy=ScriptedPolicy(decide))
+    result = Runtime(agent, store, max_steps=10).run("t", create=True)
+    ref = result.state.evidence[0].ref
+    assert ref is not None
+    assert seen[1] == (ref,)  # offered while the view shows only its summary
+    assert seen[2] == ()  # the view shows it raw: not offered again
 
 
 def test_an_older_card_loads_without_a_peek() -> None:

@@ -15,7 +15,10 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   ├── SecretKeyMissing        a sensitive field needs SKILLSTATE_KEY (or the key is wrong)
     │   ├── EffectsCrossed          a rollback or fork would cross effects that reached the world
     │   ├── MessageRefused          a task cannot take this message or cancel (ended, rejects)
-    │   └── InvariantBroken         a hand edit would break one of the agent's invariants
+    │   ├── InvariantBroken         a hand edit would break one of the agent's invariants
+    │   ├── BaselineMismatch        an eval baseline from another suite, model, variant
+    │   │                           set or task list (``eval --compare``)
+    │   └── TemplateMismatch        a template's plan uses skills the agent does not have
     ├── StoreError                  a backend failed; driver errors are wrapped here
     │   ├── Conflict                another writer or worker got there first (exit 3)
     │   │   ├── StaleState          compare-and-set lost: someone committed first
@@ -28,6 +31,7 @@ that callers (and the CLI's exit codes) can tell them apart::
     ├── StateError                  the state itself refuses a change
     │   ├── IllegalTransition       a step the state machine does not allow
     │   ├── OutputNotDeclared       a skill wrote a key outside its ``outputs``
+    │   ├── MemoryNotDeclared       a skill remembered into a scope outside its ``remembers``
     │   ├── SchemaTooNew            a stored state is newer than this code knows (exit 5)
     │   └── DefinitionChanged       a task is pinned to another definition of its agent,
     │                               and nothing declared carries the change (exit 8)
@@ -35,9 +39,12 @@ that callers (and the CLI's exit codes) can tell them apart::
     │                               invalid params); recorded in the error log
     │   └── DecisionFailed          a model's replies stayed invalid after every repair
     ├── ProviderError               a model call failed (network, server, missing model)
+    ├── ExtractionFailed            a model's extraction replies stayed invalid after every repair
     ├── CompensationFailed          undoing an effect (a skill's rollback hook) failed
     ├── ToolNotAllowed              a skill called a tool it did not declare
-    └── FingerprintUnavailable      a skill fingerprinted a resource that cannot be read
+    ├── FingerprintUnavailable      a skill fingerprinted a resource that cannot be read
+    └── RegressionDetected          an eval gate failed: a metric moved past its
+                                    ``--fail-under`` delta, or a replay differs (exit 9)
 
     BaseException
     └── ToolApprovalNeeded          a skill called a gated tool with arguments nobody approved:
@@ -146,6 +153,20 @@ class MessageRefused(UsageError):
 
 class InvariantBroken(UsageError):
     """A change would leave the task in a state one of the agent's invariants forbids."""
+
+
+class BaselineMismatch(UsageError):
+    """``eval --compare``: the baseline report measured something else (another suite,
+    model, variant set, seeds or task list), so its numbers are not comparable.
+
+    Nothing was compared; ``--allow-mismatch`` compares the common variants anyway,
+    with the differences printed and written into the report.
+    """
+
+
+class TemplateMismatch(UsageError):
+    """``run --template``: the template's plan names skills this agent does not have (it
+    was distilled from another agent, or the skills were removed or renamed since)."""
 
 
 class StoreError(SkillstateError):
@@ -274,6 +295,21 @@ class OutputNotDeclared(StateError):
         )
 
 
+class MemoryNotDeclared(StateError):
+    """A skill called ``ctx.remember`` for a memory scope it did not declare in
+    ``remembers`` (or named none while declaring several)."""
+
+    def __init__(self, skill: str, scope: str | None, declared: Iterable[str]) -> None:
+        self.skill = skill
+        self.scope = scope
+        self.declared = tuple(declared)
+        what = f"into memory scope {scope!r}" if scope else "without naming a memory scope"
+        super().__init__(
+            f"skill {skill!r} remembered {what}; it declares remembers="
+            f"({', '.join(self.declared) or 'none'})"
+        )
+
+
 class SchemaTooNew(StateError):
     """A stored state was written by a newer schema than this code knows."""
 
@@ -362,6 +398,11 @@ def is_context_overflow(text: str) -> bool:
     return any(hint in lowered for hint in _OVERFLOW_HINTS)
 
 
+class ExtractionFailed(SkillstateError):
+    """``skillstate extract``: no reply of the model was an extraction (not JSON, or not of
+    the schema), after every repair; nothing was written."""
+
+
 class CompensationFailed(SkillstateError):
     """A skill's ``rollback`` hook raised while undoing an effect.
 
@@ -392,6 +433,19 @@ class FingerprintUnavailable(SkillstateError):
         self.kind = kind
         self.target = target
         super().__init__(f"cannot fingerprint {kind} {target!r}: {cause}")
+
+
+class RegressionDetected(SkillstateError):
+    """An evaluation gate failed (exit 9): a metric of ``eval --compare`` moved past its
+    ``--fail-under`` delta, or a run of ``eval --replay`` differs from its recording.
+
+    The message is the one-line summary; ``breaches`` holds one phrase per breach.
+    The report (with the table of what moved) is written before this is raised.
+    """
+
+    def __init__(self, message: str, breaches: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.breaches = tuple(breaches)
 
 
 class ToolApprovalNeeded(BaseException):

@@ -7,7 +7,9 @@ corrupted or newer than this code (nothing was written), 6 the task stalled: its
 decisions stopped making progress (failed, or parked for a person with --on-stall park),
 7 the store cannot be reached (a database or server down, refused, bad credentials),
 8 the task is pinned to another definition of its agent and nothing declared carries the
-change (the message names it; nothing was written), 130 interrupted (Ctrl-C: the last
+change (the message names it; nothing was written), 9 an evaluation gate failed (``eval
+--compare`` saw a metric move past its ``--fail-under`` delta, or ``eval --replay`` saw a
+run differ from its recording; the report is written), 130 interrupted (Ctrl-C: the last
 committed step is kept; the hint names the task).
 
 Only typer is imported at start-up; the runtime, stores and rich tables load in
@@ -34,6 +36,7 @@ from skillstate.cli._app import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_REGRESSION,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     SESSION,
@@ -55,6 +58,9 @@ for _group in (
     "repair",
     "keys",
     "evaluate",
+    "extract",
+    "distill",
+    "memory",
     "ui",
 ):
     importlib.import_module(f"skillstate.cli.{_group}")
@@ -111,6 +117,7 @@ def _failed(exc: Exception) -> int:
     from skillstate.errors import (
         Conflict,
         DefinitionChanged,
+        RegressionDetected,
         SchemaTooNew,
         StateCorrupted,
         StoreUnavailable,
@@ -130,6 +137,9 @@ def _failed(exc: Exception) -> int:
     if isinstance(exc, DefinitionChanged):
         _error(str(exc))
         return EXIT_DEFINITION
+    if isinstance(exc, RegressionDetected):
+        _error(str(exc))
+        return EXIT_REGRESSION
     if isinstance(exc, TaskNotFound) and exc.store is None and SESSION.store_url:
         exc = TaskNotFound(exc.task_id, SESSION.store_url)  # name the store the command opened
     _error(str(exc))

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from skillstate.cli._app import BaseUrlOpt, JsonOpt, RepairsOpt, app
+from skillstate.eval.gate import metrics_help
 
 bench = typer.Typer(help="Benchmarks that ship with skillstate.", no_args_is_help=True)
 app.add_typer(bench, name="bench")
@@ -56,9 +57,14 @@ def eval_(
         ),
     ] = "oracle",
     base_url: BaseUrlOpt = None,
-    out: Annotated[str, typer.Option("--out", help="Directory for report.md/json and plots.")] = (
-        "eval-out"
-    ),
+    out: Annotated[
+        str | None,
+        typer.Option(
+            "--out",
+            help="Directory for report.md/json and plots (default eval-out; with --replay, "
+            "RUN_DIR/replay).",
+        ),
+    ] = None,
     tasks: Annotated[
         int | None, typer.Option("--tasks", min=1, help="Only the first N tasks of the suite.")
     ] = None,
@@ -145,21 +151,86 @@ def eval_(
             "--no-bind leaves every param to the model, as before binding existed.",
         ),
     ] = True,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            "--compare",
+            metavar="BASELINE_REPORT",
+            help="After the run (or, with --report, instead of one), compare its report.json "
+            "with this baseline report.json (or its directory): a table of what moved, also "
+            "written into the report. A baseline of another suite, model, variant set, seeds "
+            "or task list is refused (exit 2).",
+        ),
+    ] = None,
+    fail_under: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-under",
+            metavar="[VARIANT:]METRIC=DELTA",
+            help="With --compare: exit 9 when METRIC got worse than the baseline by more "
+            "than DELTA, absolute (success=0.05) or relative to the baseline "
+            "(tokens_per_decision=10%). Repeatable. Metrics (↑ higher is better, ↓ lower): "
+            + metrics_help()
+            + ".",
+        ),
+    ] = None,
+    report: Annotated[
+        str | None,
+        typer.Option(
+            "--report",
+            metavar="NEW_REPORT",
+            help="With --compare: compare this existing report.json instead of running "
+            "(e.g. in CI, two reports already written).",
+        ),
+    ] = None,
+    allow_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mismatch",
+            help="With --compare: compare a baseline of another suite/model/variants anyway "
+            "(the common variants), with a loud warning in the output and the report.",
+        ),
+    ] = False,
+    replay: Annotated[
+        str | None,
+        typer.Option(
+            "--replay",
+            metavar="RUN_DIR",
+            help="Instead of running: re-run the tasks recorded under RUN_DIR (an eval --out "
+            "directory, or one run's) with their recorded model replies and tool outputs "
+            "against the current skills, and report each task's first step whose outcome "
+            "differs, or same (exit 9 when any differs).",
+        ),
+    ] = None,
+    record: Annotated[
+        bool,
+        typer.Option(
+            help="Keep each task's cassettes (model replies, tool calls and outputs) beside "
+            "its run's store, for --replay.",
+        ),
+    ] = True,
 ) -> None:
-    """Run a task suite under the variants and write a report.
+    """Run a task suite under the variants and write a report; or gate it against a
+    baseline (--compare), or replay recorded runs against changed skills (--replay).
 
     Variants: history, state, skills, skillstate, and the baselines window, summary, hybrid.
     """
-    from skillstate.eval.cli import run_eval
+    from skillstate.eval.cli import evaluate
 
     raise typer.Exit(
-        run_eval(
+        evaluate(
+            compare=compare,
+            fail_under=fail_under or [],
+            allow_mismatch=allow_mismatch,
+            report=report,
+            replay=replay,
+            out=out,
+            record=record,
             suite=suite,
             variants=variants,
             seeds=seeds,
             model=model,
             base_url=base_url,
-            out=out,
             tasks=tasks,
             groups=groups,
             context_window=context_window,

@@ -70,9 +70,35 @@ def run(
             show_default=False,
         ),
     ] = None,
+    template: Annotated[
+        str | None,
+        typer.Option(
+            "--template",
+            help="Start from a template (skillstate distill): its goal, constraints and "
+            "fields, and its plan as a hint the model sees; --set fields win over its.",
+            show_default=False,
+        ),
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            help="NAME=VALUE of a --template parameter (repeatable; a string parameter "
+            "takes VALUE as it is, others read it as YAML).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start a new task with an agent and run it until it ends or asks the user."""
     fields = _card_fields(set_) if set_ else None
+    if template is not None:
+        from skillstate.cli.distill import template_fields
+
+        fields = template_fields(agent, template, param or [], fields)
+    elif param:
+        from skillstate.errors import UsageError
+
+        raise UsageError("--param fills a template's parameters: it needs --template FILE")
     _start(
         agent,
         task_id=task_id,

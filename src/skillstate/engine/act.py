@@ -37,6 +37,7 @@ from skillstate.engine.evidence import load_evidence
 from skillstate.errors import (
     ActionRejected,
     IllegalTransition,
+    MemoryNotDeclared,
     OutputNotDeclared,
     SkillstateError,
     StateError,
@@ -45,6 +46,7 @@ from skillstate.errors import (
 )
 from skillstate.events import SkillTransition, ToolCall, Verdict
 from skillstate.limits import problem
+from skillstate.memory.runtime import bound_scopes, write_problem
 from skillstate.skills.binding import check_bound
 from skillstate.skills.handles import resolve_handles
 from skillstate.skills.skill import Outcome, Skill, SkillContext, VerifyContext
@@ -293,6 +295,8 @@ class Acting:
             outcome = found if found is not None else skill.run(state, params, ctx)
         except ToolNotAllowed as exc:
             return Attempt(None, state, None, ("tool_not_allowed", str(exc)))
+        except MemoryNotDeclared as exc:  # a contract bug, like an undeclared output
+            return Attempt(None, state, None, ("output_not_declared", str(exc)))
         except Exception as exc:
             return Attempt(
                 None,
@@ -314,6 +318,9 @@ class Acting:
                     "stores each tool output) and write a summary or its ref"
                 )
                 return Attempt(outcome, state, None, ("invalid_output", reason))
+        unfit = write_problem(ctx.remembered, limits)
+        if unfit is not None:
+            return Attempt(outcome, state, None, ("invalid_output", unfit))
         try:
             candidate = state.with_writes(outcome.writes)  # the step's one validation
         except StateError as exc:
@@ -384,6 +391,7 @@ class Acting:
             params=params,
             compensating=compensating,
             fence=self.fence(state.task_id) if skill.effects else None,
+            memory=bound_scopes(skill.remembers, state),
         )
         # Built after the context: a per-task factory may take it (artifacts, the key).
         ctx.bind_tools({name: _tool(self.agent.tools[name], state, ctx) for name in skill.tools})
@@ -452,6 +460,7 @@ class Acting:
             tool_calls=tuple(calls),
             transition=transition,
             found_by_probe=ctx.found_by_probe,
+            remembered=tuple(ctx.remembered),  # verified: the commit writes them
         )
 
     def _give_up(

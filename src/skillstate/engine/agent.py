@@ -26,6 +26,7 @@ from skillstate.definitions.patches import Patch, alias_patches, patch_problems
 from skillstate.engine.policy import ModelPolicy, Policy
 from skillstate.errors import AgentImportError, UsageError
 from skillstate.limits import DEFAULT_LIMITS, Limits, problem
+from skillstate.memory.facts import template_problems
 from skillstate.skills.binding import binding_problems
 from skillstate.skills.registry import SkillRegistry
 from skillstate.skills.vacuous import vacuous_verify
@@ -181,6 +182,16 @@ class Agent(Generic[S]):
     its changes: :func:`~skillstate.definitions.patched` markers (a skill renamed,
     removed or changed, a step renamed, the machine's removals). See
     :mod:`skillstate.definitions`. A skill's ``aliases`` add one rename marker each."""
+    # -- Cross-task memory (issue 27; skillstate.memory) ------------------------------
+    memory: Sequence[str] = ()
+    """The cross-task memory scopes each decision's view shows facts of ("Memory (from
+    other tasks)", with their provenance): ``agent:NAME``, ``team:NAME``, ``user:NAME``,
+    a ``{field}`` of the card standing for the name (``user:{user}``: each task reads
+    its own user's; a task whose field is empty reads none). Skills write with
+    ``ctx.remember`` (declared in their ``remembers``). See :mod:`skillstate.memory`."""
+    memory_facts: int = 12
+    """How many facts of :attr:`memory` a view shows at most, the most recently written
+    first (the view budget hides them before the task's own facts)."""
 
     @property
     def definition(self) -> Definition:
@@ -262,6 +273,7 @@ class Agent(Generic[S]):
                     "Sensitive[...] (sealed, usable) or add it to the policy's exempt_names"
                 )
         problems += _budget_problems(self.view_budget)
+        problems += _memory_problems(self)
         problems += chain_problems(self.state_type)
         problems += signal_problems(self.signals, self.machine.steps)
         # A skill's `aliases` are rename markers too: one patch per old name.
@@ -369,6 +381,18 @@ def _vacuous(name: str, verify: Callable[..., Any] | None) -> list[str]:
         f"skill {name!r} has a verify that cannot fail (it returns {always} whatever the "
         "outcome): check the outcome or the new state"
     ]
+
+
+def _memory_problems(agent: Agent[Any]) -> list[str]:
+    """Memory scopes the agent reads and its skills write, checked against its card."""
+    fields = agent.state_type.model_fields
+    problems = template_problems("memory", agent.memory, fields)
+    for skill in agent.skills:
+        problems += template_problems(f"skill {skill.name!r}", skill.remembers, fields)
+    count = agent.memory_facts
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        problems.append(f"memory_facts must be an integer >= 1, not {count!r}")
+    return problems
 
 
 def _budget_problems(budget: object) -> list[str]:

@@ -4,7 +4,8 @@ The draft's state already holds the step's validated writes; the commit adds
 the version and the usage without validating the card again, masks secrets,
 diffs against the raw stored head (which may predate a schema migration: that
 is what the store replays patches over) and writes state, delta and event in one
-atomic compare-and-set.
+atomic compare-and-set. A verified step's memory writes go into the card's outbox
+in that same commit and to their scopes right after it (:mod:`skillstate.memory.runtime`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from skillstate.engine.draft import Draft
 from skillstate.engine.pins import Pins
 from skillstate.errors import StateCorrupted, StateError
 from skillstate.events import Actor, Event, TokenUsage, utcnow
+from skillstate.memory.runtime import TaskMemory
 from skillstate.state.diff import Differ, JsonDocument, Patch
 from skillstate.state.model import CARD_VERSION, AgentState, UsageTotals
 from skillstate.state.redact import Redactor
@@ -61,12 +63,18 @@ class Committer:
         self._heads: dict[str, tuple[AgentState, dict[str, Any]] | None] = {}
         self.pins = Pins(agent, self)
         """The check of each task's pinned definition (:mod:`skillstate.engine.pins`)."""
+        self.memory = TaskMemory(agent, store, self, fence=fence)
+        """Cross-task memory: the outbox flush and the recall (:mod:`skillstate.memory`)."""
 
     def head(self, task_id: str) -> AgentState:
         """The head a write starts from: loaded, then checked against the definition the
         task is pinned to (re-pinned when a declared patch carries the change, else
-        :class:`~skillstate.errors.DefinitionChanged`)."""
-        return self.pins.guard(self.load(task_id))
+        :class:`~skillstate.errors.DefinitionChanged`). Memory writes a crash left in its
+        outbox are written to their scopes first (once), and the head is the one after."""
+        state = self.pins.guard(self.load(task_id))
+        if state.memory_outbox:
+            state = self.memory.flush(state, resumed=True)
+        return state
 
     def load(self, task_id: str) -> AgentState:
         """The head state, validated (and migrated) into the agent's state class."""
@@ -126,6 +134,8 @@ class Committer:
         if final.definition is not None and final.definition != getattr(before, "definition", None):
             self.pins.record(final.definition)  # a task pinned anew: its manifest, stored once
         redactor = self.redactor(before, final, extra=draft.secrets)
+        if draft.remembered:  # into the outbox, in this step's own compare-and-set
+            final = self.memory.outboxed(final, draft, redactor)
         final, document, patch, stored, checked = self._serialize(before, final, redactor)
         event = Event(
             task_id=final.task_id,
@@ -164,6 +174,8 @@ class Committer:
             from skillstate.engine.runtime import StepReport
 
             self.observer(StepReport(before=before, after=final, event=event, view=view))
+        if draft.remembered:  # committed: now to the memory records, then the outbox empty
+            self.memory.flush(final, resumed=False)
         return final, event
 
     def _serialize(

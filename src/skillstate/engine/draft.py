@@ -20,6 +20,7 @@ from skillstate.events import SkillTransition, TokenUsage, ToolCall, Verdict
 from skillstate.state.model import AgentState, Decision, ErrorEntry
 
 if TYPE_CHECKING:
+    from skillstate.memory.facts import MemoryWrite
     from skillstate.skills.skill import Skill
 
 __all__ = ["Draft", "decision", "reject", "signature"]
@@ -54,6 +55,9 @@ class Draft:
     secrets: tuple[str, ...] = ()
     """Plaintext of the step's secret params (:mod:`skillstate.state.protect`): masked
     exactly wherever this step's text goes (error log, event, trace)."""
+    remembered: tuple[MemoryWrite, ...] = ()
+    """What the verified attempt asked to remember (``ctx.remember``): the commit puts it
+    in the card's outbox and writes it to the memory scopes (:mod:`skillstate.memory`)."""
 
 
 def decision(action: Action, target: str | None) -> Decision:

@@ -169,6 +169,7 @@ def fork_task(
         signals={name: r.model_copy(update={"seq": 0}) for name, r in state.signals.items()},
         inbox_seen=0,
         cancelling=None,  # a cancel of the source is not one of the fork
+        memory_outbox=(),  # the source's memory writes are its own: it flushes them
     )
     document = forked.to_json()
     action: dict[str, Any] = {"kind": "fork", "from_task": task_id, "from_version": at_version}

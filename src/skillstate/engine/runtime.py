@@ -322,6 +322,7 @@ class Runtime(Generic[S]):
             taken = self._inbox.boundary(state)  # a message or cancel comes before a decision
             if taken is not None:
                 return taken
+            state = self._committer.memory.refresh(state)  # what other tasks remembered
             report: StepReport[Any] = yield state
             return report
 
@@ -571,6 +572,7 @@ class Runtime(Generic[S]):
             spent = self._over_budget(state)
             if spent is not None:
                 return RunResult(self._stop_for_budget(state, spent), "budget", steps)
+            state = self._committer.memory.refresh(state)  # what other tasks remembered
             report = yield state  # decide from the state just loaded: one read per step
             steps += 1
             if report.stalled:

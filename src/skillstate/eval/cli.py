@@ -27,7 +27,7 @@ from skillstate.eval.variants import (
     parse_variants,
 )
 
-__all__ = ["MODES", "run_eval"]
+__all__ = ["MODES", "evaluate", "run_eval"]
 
 MODES = ("end-to-end", "forced")
 """``--mode``: each variant runs the task itself, or is teacher-forced along the reference."""
@@ -56,6 +56,7 @@ def run_eval(
     bad_steps: float | None = None,
     bind: bool = True,
     decisions: str | None = None,
+    record: bool = True,
 ) -> int:
     """Run and report; returns the exit code (0: the run completed, whatever it measured).
 
@@ -65,7 +66,8 @@ def run_eval(
     calls fail with a provider error (see :mod:`skillstate.eval.faults`), ``bad_steps``
     that share of effect calls after their effect (:mod:`skillstate.eval.bad_steps`);
     ``kills`` adds a run SIGKILLed that many times to the recovery runs
-    (:mod:`skillstate.eval.interrupt`).
+    (:mod:`skillstate.eval.interrupt`). ``record`` keeps each run's cassettes for
+    ``eval --replay`` (:mod:`skillstate.eval.cassettes`).
     """
     if mode not in MODES:
         raise UsageError(f"unknown mode {mode!r}; choose from: {', '.join(MODES)}")
@@ -136,6 +138,7 @@ def run_eval(
                             kills=kills,
                             model=ModelSpec(model, base_url, inject_faults),
                             bad_steps=bad_steps,
+                            record=record,
                         )
                     )
                     progress.advance(bar)
@@ -259,4 +262,70 @@ def _run_forced(
             f"drop k {item['drop_k']['exact'] or '—'}"
         )
     console.print(f"report: {paths.markdown} (json, plots beside it)")
+    return 0
+
+
+def evaluate(
+    *,
+    compare: str | None,
+    fail_under: list[str],
+    allow_mismatch: bool,
+    report: str | None,
+    replay: str | None,
+    out: str | None,
+    **run: Any,
+) -> int:
+    """``skillstate eval``: run (:func:`run_eval`), compare with a baseline, or replay.
+
+    Everything the gate needs (the baseline, the ``--fail-under`` values) is read
+    and checked before a run starts: a typo must not cost an hour of evaluation.
+    """
+    if replay is not None:
+        if compare is not None or report is not None or fail_under:
+            raise UsageError("--replay does not combine with --compare, --report or --fail-under")
+        from skillstate.eval.replay_report import default_out, replay_all
+
+        target = Path(replay)
+        replay_all(target, Path(out) if out else default_out(target))
+        return 0
+    if compare is None and (fail_under or report is not None or allow_mismatch):
+        raise UsageError("--fail-under, --report and --allow-mismatch need --compare BASELINE")
+    from skillstate.eval.gate import load_report, parse_gates, refuse_early
+
+    gates = parse_gates(fail_under)
+    baseline = load_report(compare, "baseline") if compare is not None else None
+    if baseline is not None and report is not None:
+        return _gate(baseline, load_report(report), gates, allow_mismatch)
+    if baseline is not None:
+        if run.get("mode", "end-to-end") != "end-to-end":
+            raise UsageError(
+                "--compare gates end-to-end runs (--mode forced writes another report)"
+            )
+        names = [v.name for v in parse_variants(run["variants"])]
+        planned = {
+            "suite": run["suite"],
+            "model": run["model"],
+            "variants": dict.fromkeys(names),
+            "seeds": list(range(run["seeds"])),
+        }
+        refuse_early(baseline, planned, allow_mismatch)
+    directory = out or "eval-out"
+    code = run_eval(out=directory, **run)
+    if baseline is None or code != 0:
+        return code
+    return _gate(baseline, load_report(Path(directory) / "report.json"), gates, allow_mismatch)
+
+
+def _gate(
+    baseline: dict[str, Any], new: dict[str, Any], gates: list[Any], allow_mismatch: bool
+) -> int:
+    """Compare, print the table, write it into the new report; raise on a breach."""
+    from skillstate.eval.gate import compare_reports
+    from skillstate.eval.gate_report import print_comparison, write_comparison
+
+    comparison = compare_reports(baseline, new, gates, allow_mismatch=allow_mismatch)
+    print_comparison(comparison)
+    json_path, md_path = write_comparison(comparison, new["_path"])
+    console.print(f"comparison written into {json_path}" + (f" and {md_path}" if md_path else ""))
+    comparison.check()
     return 0

@@ -41,6 +41,7 @@ from skillstate.store.base import Store
 from skillstate.store.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
+    from skillstate.eval.cassettes_run import RunRecorder
     from skillstate.eval.models import ModelSpec
 
 __all__ = [
@@ -211,6 +212,7 @@ def _execute(
     stop_after: int | None = None,
     wrap: PolicyWrap | None = None,
     bad_steps: float | None = None,
+    recorder: RunRecorder | None = None,
 ) -> _Run:
     """Build the environment, run the task (optionally stopping and resuming).
 
@@ -218,7 +220,8 @@ def _execute(
     A provider error (a timeout, a 429) is an interruption, as it is for a worker:
     the task is resumed from the store by a new runtime, up to
     :data:`FAULTS_IN_A_ROW` times without progress. ``bad_steps`` makes that share
-    of effect calls fail after their effect (:func:`inject_bad_steps`).
+    of effect calls fail after their effect (:func:`inject_bad_steps`). ``recorder``
+    records the run's tool calls and model replies (:mod:`skillstate.eval.cassettes`).
     """
     # Fresh every time: a rerun into the same --out must not resume an old task.
     shutil.rmtree(root, ignore_errors=True)
@@ -226,6 +229,8 @@ def _execute(
     env = build_environment(spec, root / "env")
     if bad_steps:
         env = inject_bad_steps(env, bad_steps, f"{spec.id}:{variant.name}:{seed}")
+    if recorder is not None:
+        env, factory = recorder.attach(env, factory)
     store = SQLiteStore(root / "state.db")
     run = _Run(env=env, store=store, root=root)
     # Beside the store, so `skillstate replay --expect` attributes as the report did.
@@ -298,6 +303,7 @@ def run_task(
     kills: int = 0,
     model: ModelSpec | None = None,
     bad_steps: float | None = None,
+    record: bool = True,
 ) -> TaskResult:
     """Run ``spec`` under ``variant`` and measure it (plus recovery runs).
 
@@ -306,11 +312,27 @@ def run_task(
     that many times at random instants (:mod:`skillstate.eval.interrupt`; its child
     processes rebuild the model from ``model``, the oracle by default).
     ``bad_steps`` injects effects that fail after they happened
-    (:mod:`skillstate.eval.bad_steps`), in every run of the task.
+    (:mod:`skillstate.eval.bad_steps`), in every run of the task. With ``record``,
+    the main run's tool calls and model replies are kept beside its store, for
+    ``eval --replay`` (:mod:`skillstate.eval.cassettes`).
     """
     base = Path(workdir or tempfile.mkdtemp(prefix="skillstate-eval-"))
     where = base / f"{spec.id}-{variant.name}-{seed}"
     started = time.perf_counter()
+    recorder = None
+    if record:
+        from skillstate.eval.cassettes_run import RunRecorder
+
+        recorder = RunRecorder(
+            where / "run",
+            spec,
+            variant,
+            seed,
+            context_window=context_window,
+            max_repairs=max_repairs,
+            max_invalid=max_invalid,
+            bad_steps=bad_steps,
+        )
     run = _execute(
         spec,
         variant,
@@ -321,7 +343,10 @@ def run_task(
         max_repairs=max_repairs,
         max_invalid=max_invalid,
         bad_steps=bad_steps,
+        recorder=recorder,
     )
+    if recorder is not None:
+        recorder.save(stopped=run.stopped, failure=run.failure)
     result = _measure(spec, variant, seed, run)
     if recovery and result.success:
         plan_len = result.plan_steps

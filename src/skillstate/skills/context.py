@@ -1,27 +1,33 @@
-"""What a running skill may touch: its declared tools, and the artifact store.
+"""What a running skill may touch: its declared tools, the artifact store, its memory scopes.
 
 Every tool call goes through :class:`SkillContext` (``ctx.call``, or ``await
 ctx.acall`` in an ``async def`` skill): it refuses a tool the skill did not declare,
 records the call (args, a summary, the raw result as an artifact) for the step's
 event, and turns an expected failure into a :class:`ToolError` value when asked.
+``ctx.remember(key, value)`` asks to write a fact to a cross-task memory scope the
+skill declares (``remembers``); it is written only if the attempt verifies.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
 from skillstate._aio import resolve
 from skillstate.engine import trace
-from skillstate.errors import ToolNotAllowed, UsageError
+from skillstate.errors import MemoryNotDeclared, ToolNotAllowed, UsageError
 from skillstate.events import ToolCall
+from skillstate.memory.facts import MemoryWrite, check_key
 from skillstate.state import fingerprint as fingerprints
 from skillstate.state.model import Evidence, Fingerprint
 from skillstate.store.sealing import read_artifact, write_artifact
@@ -90,6 +96,7 @@ class SkillContext:
         params: BaseModel | None = None,
         compensating: bool = False,
         fence: int | None = None,
+        memory: Mapping[str, str | None] | None = None,
     ) -> None:
         self.skill = skill
         self.task_id = task_id
@@ -121,6 +128,10 @@ class SkillContext:
         """The skill's gated tools (:mod:`skillstate.control.gates`): a call that needs a
         person's approval stops the run here. Set by the runtime for a run and a probe,
         not for a rollback (an undo does not wait for a person)."""
+        self._memory = dict(memory or {})
+        """The scopes the skill declares (``remembers``), each resolved for this task."""
+        self.remembered: list[MemoryWrite] = []
+        """What this attempt asked to remember: kept only if it verifies."""
 
     def bind_tools(self, tools: Mapping[str, Tool]) -> None:
         """Add tools built for this context (the runtime's per-task tools take it)."""
@@ -238,6 +249,56 @@ class SkillContext:
             )
         )
         return result
+
+    def remember(
+        self,
+        key: str,
+        value: Any,
+        *,
+        scope: str | None = None,
+        ttl: float | timedelta | None = None,
+        artifact: str | None = None,
+    ) -> None:
+        """Remember ``key = value`` (JSON, at most 2,000 characters) in a cross-task memory
+        scope, for later tasks' views (:mod:`skillstate.memory`).
+
+        ``scope`` is one the skill declares in ``remembers`` (as declared, ``user:{user}``,
+        or as resolved, ``user:alice``); it may be left out when the skill declares one.
+        Any other is :class:`~skillstate.errors.MemoryNotDeclared`, which fails the step
+        without a retry. Nothing is written now: only if this attempt's verify passes is
+        the fact committed with the step and written to the scope, once, with the task,
+        the version, the skill and ``artifact`` as its provenance. ``ttl`` (seconds or a
+        timedelta): how long the fact is shown once written.
+        """
+        template = self._declared_scope(scope)
+        resolved = self._memory[template]
+        if resolved is None:
+            raise UsageError(
+                f"memory scope {template!r} names no scope in task {self.task_id!r}: "
+                "the card field it reads is empty"
+            )
+        check_key(key)
+        seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
+        if seconds is not None and (
+            isinstance(seconds, bool) or not math.isfinite(seconds) or seconds <= 0
+        ):
+            raise UsageError(f"remember {key!r}: ttl must be a positive number of seconds")
+        write = MemoryWrite(resolved, key, copy.deepcopy(value), seconds, artifact)
+        self.remembered.append(write)
+
+    def _declared_scope(self, scope: str | None) -> str:
+        """The declared template ``scope`` names (or the only one, for ``None``)."""
+        declared = self._memory
+        if scope is None:
+            if len(declared) == 1:
+                return next(iter(declared))
+        elif scope in declared:
+            return scope
+        else:
+            for template, resolved in declared.items():
+                if resolved == scope:
+                    return template
+        raise MemoryNotDeclared(self.skill, scope, declared)
 
     def fingerprint(self, target: str, *, kind: str = "file") -> Fingerprint:
         """Record what this step relied on (default: the sha256 of file ``target``).

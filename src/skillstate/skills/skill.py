@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from skillstate._aio import resolve
 from skillstate.errors import UsageError
 from skillstate.events import Verdict
+from skillstate.memory.facts import check_template
 from skillstate.skills.context import SkillContext, ToolError
 from skillstate.state.model import PROTECTED_FIELDS, AgentState, Evidence
 
@@ -122,6 +123,7 @@ class SkillOptions(TypedDict, total=False):
     probe: ProbeFn[Any, Any] | None
     recheck: bool
     approval: bool | ApprovalFn[Any, Any]
+    remembers: Sequence[str]
 
 
 class Skill(Generic[S, P]):
@@ -153,6 +155,7 @@ class Skill(Generic[S, P]):
         probe: ProbeFn[S, P] | None = None,
         recheck: bool = False,
         approval: bool | ApprovalFn[S, P] = False,
+        remembers: Sequence[str] = (),
     ) -> None:
         self.name = name or run.__name__
         self.description = description or _first_line(run.__doc__) or self.name
@@ -204,6 +207,15 @@ class Skill(Generic[S, P]):
         self.approval = approval
         """A person approves a call before it runs: ``True`` (always) or a predicate on
         the state and the validated params (:mod:`skillstate.control.approvals`)."""
+        if isinstance(remembers, str):  # remembers="agent:x" would be a list of characters
+            raise UsageError(f"skill {self.name!r}: remembers takes a list of scopes")
+        try:
+            self.remembers = tuple(check_template(t) for t in remembers)
+        except UsageError as exc:
+            raise UsageError(f"skill {self.name!r}: {exc}") from None
+        """The cross-task memory scopes the skill may write (``ctx.remember``):
+        ``agent:NAME``, ``team:NAME``, ``user:NAME``, a ``{field}`` of the card standing
+        for the name (``user:{user}``). See :mod:`skillstate.memory`."""
 
     # Decorator-style setters, like ``property.setter``:
     #   @record_priority.verifier

@@ -8,7 +8,9 @@ it fits:
 what                 priority  within the same priority
 ===================  ========  ==========================================
 evidence summaries   10        oldest first
+memory (other tasks) 15        least recently written first
 already tried        20        oldest first
+template plan hint   25        last entry first (the next one stays longest)
 completed steps      30        oldest first (they join "(N earlier)")
 facts                40        oldest first
 typed fields         50        last declared first
@@ -54,7 +56,9 @@ and an eighth of a small model's 16k context."""
 
 PRIORITIES: dict[str, int] = {
     "evidence": 10,
+    "memory": 15,  # facts recalled from other tasks (issue 27): before the task's own
     "tried": 20,
+    "template": 25,  # a template's plan: a hint (issue 27), after failures, before steps
     "steps": 30,
     "facts": 40,
     "fields": 50,
@@ -99,7 +103,8 @@ class Hideable(NamedTuple):
     """One line (or list entry) of the view that the budget may hide."""
 
     group: str
-    """``evidence``, ``tried``, ``steps`` or ``fields`` (facts and typed fields)."""
+    """``evidence``, ``tried``, ``template`` (the template's hint), ``steps`` or ``fields``
+    (facts and typed fields)."""
     position: int
     """Its position in its group, as rendered."""
     priority: int

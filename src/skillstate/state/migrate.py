@@ -364,6 +364,15 @@ def _base_5_to_6(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _base_6_to_7(doc: dict[str, Any]) -> dict[str, Any]:
+    """Learning from finished work (issue 27): each feature adds its fields' defaults here."""
+    doc.setdefault("template", None)  # templates: no template hint on an older card
+    doc.setdefault("recalled", [])  # cross-task memory: the facts the views show
+    doc.setdefault("recalled_from", {})
+    doc.setdefault("memory_outbox", [])  # cross-task memory: verified writes not flushed yet
+    return doc
+
+
 def _step_paths(doc: dict[str, Any]) -> None:
     """Transitive staleness (issue 26): an older record that kept an ``undo`` (a
     fingerprinted step) wrote that undo's paths; its ``reads`` stay unknown (it depends
@@ -382,6 +391,7 @@ BASE_MIGRATIONS: dict[int, MigrationFn] = {
     3: _base_3_to_4,
     4: _base_4_to_5,
     5: _base_5_to_6,
+    6: _base_6_to_7,
 }
 """Migrations of the base card, by the ``card_version`` they start from."""
 

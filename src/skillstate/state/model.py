@@ -32,6 +32,7 @@ from typing_extensions import Self
 
 from skillstate._validation import first_error
 from skillstate.errors import StateError
+from skillstate.memory.facts import Recalled, Remembered
 from skillstate.state.migrate import check_migrations
 from skillstate.state.records import (
     Cancelling,
@@ -56,6 +57,7 @@ from skillstate.state.records import (
     Wait,
 )
 from skillstate.state.secrets import MASK, mask, seal, sensitive_fields, unseal
+from skillstate.templates.hint import TemplateHint
 
 __all__ = [
     "PROTECTED_FIELDS",
@@ -83,14 +85,15 @@ __all__ = [
 ]
 
 
-CARD_VERSION = 6
+CARD_VERSION = 7
 """The base card's own format. 2 added ``steps_taken``, ``tried``, ``no_progress``,
 ``compensations``, ``effect_generations``, ``StepRecord.undo`` and
 ``ErrorEntry.permanent``; 3 turned the one-slot ``inbox`` into ``inputs`` (a queue of
 numbered replies) and ``inputs_received``; 4 added ``replies_ahead``; 5 (long-running
 control, issue 25) added ``wait``, ``signals``, ``pending_approval``, ``messages``,
 ``inbox_seen`` and ``cancelling``; 6 (definitions that evolve, issue 26) added
-the fields listed in :func:`skillstate.state.migrate._base_5_to_6`."""
+the fields listed in :func:`skillstate.state.migrate._base_5_to_6`; 7 (learning from
+finished work, issue 27) those in :func:`skillstate.state.migrate._base_6_to_7`."""
 
 #: Fields only the runtime writes. A skill that declares one of these in
 #: ``outputs`` is refused at definition time.
@@ -123,12 +126,16 @@ PROTECTED_FIELDS = frozenset(
         "peek",  # evidence on demand (issue 26)
         "rejected",  # rejected approaches (issue 26)
         "unchecked_steps",  # transitive staleness (issue 26)
+        "recalled",  # cross-task memory (issue 27)
+        "recalled_from",
+        "memory_outbox",
         "no_progress",
         "usage",
         "driver",
         "agent",
         "definition",
         "carried_patches",
+        "template",  # templates from finished tasks (issue 27)
         "version",
         "schema_version",
         "card_version",
@@ -187,6 +194,10 @@ class AgentState(BaseModel):
     decision's view shows the artifact (bounded, masked), never the card; that
     decision's commit clears it (evidence on demand, issue 26)."""
     skill_instructions: tuple[SkillInstructions, ...] = ()
+    template: TemplateHint | None = None
+    """The plan of the template this task started from (``run --template``): a hint the
+    view shows, next entry first; each completed step takes the first remaining entry
+    of its skill off (:mod:`skillstate.templates`)."""
     """Instructions loaded by model-facing skills (``SKILL.md``), the latest last: the
     view shows them to every decision while they are here (skill library, issue 26)."""
     errors: tuple[ErrorEntry, ...] = ()
@@ -242,6 +253,17 @@ class AgentState(BaseModel):
     """Steps that could go stale but left the card's window (more than
     :attr:`MAX_STEPS` of them could): their fingerprints are no longer re-checked.
     Raise ``MAX_STEPS`` on the state class if this grows for your tasks."""
+    recalled: tuple[Recalled, ...] = ()
+    """Facts of other tasks from the cross-task memory the agent reads
+    (``Agent(memory=[...])``), the most recent first, with their provenance: what the
+    views show, so a view is a function of the card (:mod:`skillstate.memory`). The
+    runtime replaces them before a decision when the memory changed."""
+    recalled_from: dict[str, int] = Field(default_factory=dict)
+    """The version of each memory scope's record :attr:`recalled` was read at."""
+    memory_outbox: tuple[Remembered, ...] = ()
+    """Memory writes of a verified step, committed with it and written to their scopes
+    right after; non-empty on a head only if a crash came in between (the runtime
+    flushes it before anything else, exactly once)."""
     no_progress: int = 0
     """Decisions in a row that changed nothing but bookkeeping (the stall guard's count)."""
     usage: UsageTotals = Field(default_factory=UsageTotals)
@@ -370,6 +392,8 @@ class AgentState(BaseModel):
                 break
         kept, unchecked = _window((*self.completed_steps, record), type(self).MAX_STEPS)
         changes: dict[str, Any] = {}
+        if self.template is not None and record.action == "call_skill":
+            changes["template"] = self.template.after(record.skill)
         if unchecked:
             changes["unchecked_steps"] = self.unchecked_steps + unchecked
         return self.replace(

@@ -159,7 +159,8 @@ class View(Generic[S_co]):
     @property
     def dropped(self) -> tuple[str, ...]:
         """What the token budget hid, in the order it chose: ``evidence``, ``tried``,
-        ``steps``, ``facts.KEY`` or a typed field's name, e.g. ``("evidence", "facts.raw")``."""
+        ``template`` (an entry of the template's hint), ``steps``, ``facts.KEY`` or a typed
+        field's name, e.g. ``("evidence", "facts.raw")``."""
         return self._rendered[2]
 
     @property
@@ -185,8 +186,13 @@ class View(Generic[S_co]):
 
     @property
     def evidence_refs(self) -> tuple[str, ...]:
-        """Refs of the card's evidence: what ``load_evidence`` is offered for."""
-        return tuple(dict.fromkeys(e.ref for e in self.state.evidence if e.ref))
+        """Refs of the card's evidence: what ``load_evidence`` is offered for.
+
+        The ref this view already shows raw (``peek``) is left out: loading it again
+        shows nothing new, and a weak model (Gemma 3 270M) was seen loading the same
+        artifact decision after decision until the stall guard failed the task."""
+        peek = self.state.peek
+        return tuple(dict.fromkeys(e.ref for e in self.state.evidence if e.ref and e.ref != peek))
 
     @cached_property
     def skill_catalog(self) -> tuple[tuple[str, str], ...]:

@@ -12,11 +12,13 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from skillstate.memory.view import memory_section, recalled_lines
 from skillstate.skills.binding import BoundParams, FromState, OneOf, bindings
 from skillstate.state.budget import PRIORITIES, Fitted, Hideable, field_priorities, fit
 from skillstate.state.model import AgentState, StepRecord, UserMessage
 from skillstate.state.rejected import holding, until
 from skillstate.state.secrets import MASK, sensitive_fields
+from skillstate.templates.hint import hint_lines
 
 if TYPE_CHECKING:
     from skillstate.skills.skill import Skill
@@ -113,6 +115,8 @@ def trimmed(
     # Rendered once however often the budget re-renders (thousands for a large library).
     calls = [_call_line(s, decisions[s.name]) for s in applicable]
     rejected = _rejected_lines(state, applicable)  # digests computed once, not per re-render
+    recalled = recalled_lines(state, value_chars)  # cross-task memory (issue 27)
+    hint = _template_lines(state)
 
     def build(hidden: Collection[tuple[str, int]]) -> str:
         def kept(group: str, items: Sequence[T]) -> list[T]:
@@ -124,6 +128,8 @@ def trimmed(
             "tried": len(tried) - len(kept("tried", tried)),
             "facts": sum(f.fact for f in fields) - sum(f.fact for f in shown),
             "fields": sum(not f.fact for f in fields) - sum(not f.fact for f in shown),
+            "template": len(hint[1]) - len(kept("template", hint[1])),
+            "memory": len(recalled) - len(kept("memory", recalled)),
         }
         return _render(
             state,
@@ -139,11 +145,24 @@ def trimmed(
             calls=calls,
             rejected=rejected,
             value_chars=value_chars,
+            template=(hint[0], kept("template", hint[1])),
+            memory=kept("memory", recalled),
         )
 
     if budget is None:
         return Rendered(build(()), None, (), None)
-    fitted: Fitted = fit(build, _hideable(state, evidence, tried, steps, fields), budget)
+    items = _hideable(state, evidence, tried, steps, fields)
+    # The template's hint (issue 27): its last entries go first, the next one last.
+    items += [
+        Hideable("template", i, PRIORITIES["template"], -i, line, "template")
+        for i, line in enumerate(hint[1])
+    ]
+    # Facts recalled from other tasks (issue 27): the least recent (listed last) go first.
+    items += [
+        Hideable("memory", i, PRIORITIES["memory"], -i, line, "memory")
+        for i, line in enumerate(recalled)
+    ]
+    fitted: Fitted = fit(build, items, budget)
     return Rendered(fitted.text, fitted.tokens, fitted.dropped, fitted.overrun)
 
 
@@ -193,6 +212,8 @@ def _render(
     calls: Sequence[str] | None = None,
     rejected: Sequence[str] | None = None,
     value_chars: int = VALUE_CHARS,
+    template: tuple[str, Sequence[str]] | None = None,
+    memory: Sequence[str] | None = None,
 ) -> str:
     """The view's text; ``hidden`` counts what the budget hid, by kind (a marker each)."""
     hidden = hidden or {}
@@ -212,7 +233,10 @@ def _render(
     lines.append(f"Completed: {done or 'none'}")
     if state.pending_steps:
         lines.append(f"Pending: {', '.join(state.pending_steps)}")
+    lines += _template_section(state, template, hidden.get("template", 0))
     lines += _facts_lines(fields, hidden)
+    recalled = memory if memory is not None else recalled_lines(state, value_chars)
+    lines += memory_section(recalled, hidden.get("memory", 0))
     if state.last_decision:
         d = state.last_decision
         target = f" {d.target}" if d.target else ""
@@ -236,6 +260,39 @@ def _render(
         lines.append(f"User input #{reply.index + 1}: {reply.text}")
     lines += [_message_line(m) for m in state.messages if not m.urgent]
     return "\n".join(lines)
+
+
+def _template_lines(state: AgentState) -> tuple[str, list[str]]:
+    """The header of the template hint's section and its entry lines (none: no hint)."""
+    hint = getattr(state, "template", None)
+    if hint is None:
+        return "", []
+    hidden = sensitive_fields(type(state))
+
+    def lookup(path: str) -> tuple[bool, Any]:
+        top, _, rest = path.partition(".")
+        if top not in type(state).model_fields:
+            return False, None
+        if top in hidden:
+            return True, MASK
+        value = getattr(state, top)
+        for part in rest.split(".") if rest else ():
+            if not isinstance(value, Mapping) or part not in value:
+                return False, None
+            value = value[part]
+        return True, value
+
+    return hint_lines(hint, lookup)
+
+
+def _template_section(
+    state: AgentState, template: tuple[str, Sequence[str]] | None, hidden: int
+) -> list[str]:
+    header, lines = template if template is not None else _template_lines(state)
+    if not header:
+        return []
+    more = [f"- ({hidden} later hinted steps hidden by the view budget)"] if hidden else []
+    return [header, *lines, *more]
 
 
 def _message_line(message: UserMessage) -> str:

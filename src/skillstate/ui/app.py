@@ -215,7 +215,7 @@ async def _on_crash(request: Request, exc: Exception) -> Response:
 def create_app(config: UIConfig, store: Store | None = None) -> Starlette:
     """The inspector for ``config`` (``store`` instead of opening ``config.store_url``)."""
     from skillstate.store import open_store
-    from skillstate.ui import actions, api, pages
+    from skillstate.ui import actions, api, pages, review
     from skillstate.ui.params import WHOLE
 
     db = store if store is not None else open_store(config.store_url, create=False)
@@ -234,6 +234,7 @@ def create_app(config: UIConfig, store: Store | None = None) -> Starlette:
     task_routes = [*pages.task_routes(), *actions.form_routes()]
     routes: list[BaseRoute] = [
         *pages.routes(),
+        *review.routes(),
         *task_routes,
         Mount(f"/r/{{report:{WHOLE}}}/{{run}}", routes=pages.task_routes()),
         Mount(f"/api/r/{{report:{WHOLE}}}/{{run}}", routes=api.task_routes()),

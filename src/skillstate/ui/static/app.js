@@ -1,5 +1,6 @@
 // The inspector's only script: the token chart loads after the page, a running
-// task's page follows its commits, and the write token is kept for this tab.
+// task's page follows its commits, the write token is kept for this tab, and a
+// proposal file fills the review form.
 "use strict";
 
 (function () {
@@ -51,9 +52,23 @@
     }, 1000);
   }
 
+  // The review form of skillstate extract: a chosen file fills the proposal's text
+  // (the form itself stays a plain URL-encoded one).
+  function loadProposalFile() {
+    const file = document.getElementById("proposal-file");
+    if (!file) return;
+    file.addEventListener("change", function () {
+      if (!file.files || !file.files[0]) return;
+      file.files[0].text().then(function (text) {
+        file.form.querySelector("textarea[name=proposal]").value = text;
+      });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     rememberToken();
     loadChart();
     follow();
+    loadProposalFile();
   });
 })();
