@@ -389,3 +389,33 @@ def test_a_refused_load_still_uses_up_what_was_shown() -> None:
     assert refused.after.peek is None
     runtime.step("t")
     assert "row-0000" not in seen[3]
+
+
+def test_evidence_loaded_since_the_last_progress_is_not_offered_again() -> None:
+    """A model that loads two artifacts in turn is left, once it saw both, with none to
+    load: it acts on them. Progress (which clears ``tried``) offers them all again."""
+    from skillstate.state.records import FailedAttempt
+    from skillstate.state.view import View
+
+    first, second = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    evidence = tuple(
+        Evidence(kind="file", source="export", summary=f"part {i}", ref=ref)
+        for i, ref in enumerate((first, second))
+    )
+
+    def offered(**fields: Any) -> tuple[str, ...]:
+        state = Export(task_id="t", evidence=evidence, **fields)
+        return View(state=state, skills=(), next_steps=()).evidence_refs
+
+    loaded_first = FailedAttempt(action=f"load_evidence {first[:SHORT_REF]}", reason="none")
+    assert offered() == (first, second)
+    assert offered(peek=first) == (second,)
+    assert offered(peek=second, tried=(loaded_first,)) == ()
+    assert offered(tried=(loaded_first,)) == (second,)
+    with pytest.raises(ActionRejected, match="loaded since the last progress"):
+        validate_decision(
+            json.dumps({"kind": "load_evidence", "ref": first[:SHORT_REF], "reason": "again"}),
+            {},
+            (),
+            evidence=(),
+        )

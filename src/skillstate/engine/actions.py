@@ -301,7 +301,10 @@ def offered_ref(ref: str, refs: Sequence[str]) -> str | None:
 
 def _offered_ref(ref: str, refs: Sequence[str]) -> str:
     if not refs:
-        raise ActionRejected("'load_evidence' is not available: the card has no evidence refs")
+        raise ActionRejected(
+            "'load_evidence' is not available: no evidence is offered to load (the card "
+            "has none, or each was loaded since the last progress: act on what it showed)"
+        )
     found = offered_ref(ref, refs)
     if found is None:
         shown = ", ".join(dict.fromkeys(r[:SHORT_REF] for r in refs))

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PEEK_CHARS", "VALUE_CHARS", "Peek", "View", "render_view"]
 
+_LOADED = "load_evidence "
+"""How ``tried`` names a load (:func:`skillstate.engine.draft.signature`): then a shown ref."""
+
 S_co = TypeVar("S_co", bound=AgentState, covariant=True)
 S = TypeVar("S", bound=AgentState)
 """The agent's state class (a view only hands it out: covariant)."""
@@ -188,11 +191,25 @@ class View(Generic[S_co]):
     def evidence_refs(self) -> tuple[str, ...]:
         """Refs of the card's evidence: what ``load_evidence`` is offered for.
 
-        The ref this view already shows raw (``peek``) is left out: loading it again
-        shows nothing new, and a weak model (Gemma 3 270M) was seen loading the same
-        artifact decision after decision until the stall guard failed the task."""
-        peek = self.state.peek
-        return tuple(dict.fromkeys(e.ref for e in self.state.evidence if e.ref and e.ref != peek))
+        Left out: the ref this view already shows raw (``peek``), and every ref loaded
+        since the task last made progress (``tried`` names them, and a step that makes
+        progress clears it). Loading one again shows nothing new, and a weak model
+        (Gemma 3 270M) was seen loading artifacts decision after decision, the same one
+        or two in turn, until the stall guard failed the task: once each was seen, the
+        decision has to act on them."""
+        seen = [self.state.peek] if self.state.peek else []
+        seen += [
+            t.action.removeprefix(_LOADED)
+            for t in self.state.tried
+            if t.action.startswith(_LOADED) and len(t.action) > len(_LOADED)
+        ]
+        return tuple(
+            dict.fromkeys(
+                e.ref
+                for e in self.state.evidence
+                if e.ref and not any(e.ref.startswith(ref) for ref in seen)
+            )
+        )
 
     @cached_property
     def skill_catalog(self) -> tuple[tuple[str, str], ...]:
