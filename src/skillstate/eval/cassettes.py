@@ -50,7 +50,7 @@ from typing import Any
 
 from skillstate.errors import UsageError
 from skillstate.llm.base import Completion, Message, Provider
-from skillstate.llm.replay import schema_sha
+from skillstate.llm.replay import cassette_entry, schema_sha
 from skillstate.state.redact import Redactor
 
 __all__ = [
@@ -389,22 +389,5 @@ class ModelRecorder:
 def model_entry(
     messages: list[Message], sha: str | None, max_tokens: int | None, completion: Completion
 ) -> dict[str, Any]:
-    usage = completion.usage
-    return {
-        "request": {
-            "messages": [m.as_dict() for m in messages],
-            "schema_sha": sha,
-            "max_tokens": max_tokens,
-        },
-        "response": {
-            "text": completion.text,
-            "usage": {
-                "prompt": usage.prompt,
-                "completion": usage.completion,
-                "cached": usage.cached,
-                "estimated": usage.estimated,
-            },
-            "model": completion.model,
-            "duration_ms": round(completion.duration_ms, 3),
-        },
-    }
+    """The cassette entry of one recorded reply, in :class:`ReplayProvider`'s format."""
+    return cassette_entry(messages, sha, max_tokens, completion)

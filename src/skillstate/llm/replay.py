@@ -49,6 +49,7 @@ __all__ = [
     "ReplayProvider",
     "ScriptRule",
     "ScriptedProvider",
+    "cassette_entry",
     "schema_sha",
 ]
 
@@ -78,6 +79,26 @@ def _request(
         "messages": [m.as_dict() for m in messages],
         "schema_sha": schema_sha(schema),
         "max_tokens": max_tokens,
+    }
+
+
+def cassette_entry(
+    messages: Sequence[Message], sha: str | None, max_tokens: int | None, completion: Completion
+) -> dict[str, Any]:
+    """One cassette entry: the request (``sha``: its schema's :func:`schema_sha`) and the
+    reply, as :class:`RecordingProvider` writes it and :class:`ReplayProvider` reads it."""
+    return {
+        "request": {
+            "messages": [m.as_dict() for m in messages],
+            "schema_sha": sha,
+            "max_tokens": max_tokens,
+        },
+        "response": {
+            "text": completion.text,
+            "usage": _usage_dict(completion.usage),
+            "model": completion.model,
+            "duration_ms": round(completion.duration_ms, 3),
+        },
     }
 
 
@@ -302,15 +323,7 @@ class RecordingProvider:
         max_tokens: int | None = None,
     ) -> Completion:
         completion = self.inner.complete(messages, schema=schema, max_tokens=max_tokens)
-        entry = {
-            "request": _request(messages, schema, max_tokens),
-            "response": {
-                "text": completion.text,
-                "usage": _usage_dict(completion.usage),
-                "model": completion.model,
-                "duration_ms": round(completion.duration_ms, 3),
-            },
-        }
+        entry = cassette_entry(messages, schema_sha(schema), max_tokens, completion)
         with self._lock:
             self._entries.append(entry)
             self._write()
