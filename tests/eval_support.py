@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
+
+import pytest
 
 from skillstate.engine.actions import Action, Finish
 from skillstate.engine.agent import Agent
@@ -92,3 +95,19 @@ def assert_oracle_passes(spec: TaskSpec, variant_name: str, tmp_path: Path) -> T
     assert all(r.success for r in result.recovery), result.recovery
     assert all(r.duplicated_effects == 0 for r in result.recovery)
     return result
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``skillstate ARGS`` in this process: (exit code, stdout, stderr).
+
+    The CLI's console is 200 columns wide for the call, whatever ``COLUMNS`` this process
+    started with (rich reads it once, at import): the tests read cells, not the layout."""
+    from rich.console import Console
+
+    from skillstate.cli import _main
+
+    wide = Console(width=200, highlight=False, soft_wrap=False)
+    with mock.patch("skillstate._render.console", wide):
+        code = _main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err

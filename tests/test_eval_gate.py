@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from skillstate.cli import _main
 from skillstate.errors import BaselineMismatch, RegressionDetected, UsageError
 from skillstate.eval.cli import run_eval
 from skillstate.eval.gate import (
@@ -24,25 +23,9 @@ from skillstate.eval.gate import (
     metrics_help,
     parse_gates,
 )
+from tests.eval_support import cli
 
 VARIANTS = "state,skillstate"
-
-
-@pytest.fixture(autouse=True)
-def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI's console 200 columns wide, whatever ``COLUMNS`` this process started
-    with (rich reads it once, at import): these tests read cells, not the layout."""
-    from rich.console import Console
-
-    monkeypatch.setattr(
-        "skillstate._render.console", Console(width=200, highlight=False, soft_wrap=False)
-    )
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = _main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from skillstate.cli import _main
 from skillstate.engine.actions import Action
 from skillstate.eval.cassettes import MANIFEST, MODEL_CASSETTE, TOOL_CASSETTE
 from skillstate.eval.families import records
@@ -29,23 +28,7 @@ from skillstate.llm.base import Message, Provider
 from skillstate.llm.replay import ScriptedProvider
 from skillstate.store.base import Store
 from skillstate.store.sqlite import SQLiteStore
-
-
-@pytest.fixture(autouse=True)
-def _wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI's console 200 columns wide, whatever ``COLUMNS`` this process started
-    with (rich reads it once, at import): these tests read cells, not the layout."""
-    from rich.console import Console
-
-    monkeypatch.setattr(
-        "skillstate._render.console", Console(width=200, highlight=False, soft_wrap=False)
-    )
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = _main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.eval_support import cli
 
 
 @pytest.fixture(scope="module")
