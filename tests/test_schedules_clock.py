@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import signal
 import socket
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -240,3 +242,35 @@ class TestBeatTicks:
         assert f"skipped, nothing created: agent {FLAKY!r} is not allowed on this beat" in (
             caplog.text
         )
+
+    def test_a_stop_signal_mid_tick_lands_after_the_send(
+        self, app: Any, store: Store, tmp_path: Path
+    ) -> None:
+        """SIGTERM between a tick's commit and its send (the instant a polite stop
+        used to strand the task for the sweeper) is held back: the tick is sent, then
+        beat stops, as Celery's handler makes it (``SystemExit``)."""
+        clock = Clock(START)
+        register(store, tmp_path, clock, every=2)
+        stops: list[str] = []
+
+        def stop(signum: int, frame: Any) -> None:
+            stops.append(f"stopped after {len(sent)} sent")
+            raise SystemExit()
+
+        class StoppedMidTick(Sent):
+            def __call__(self, message: Message) -> None:
+                assert made(store) == [message.task_id]  # committed, not yet sent
+                os.kill(os.getpid(), signal.SIGTERM)
+                self.append(message)
+
+        sent = StoppedMidTick()
+        beat = start_beat(app, store, clock, sent)
+        before = signal.signal(signal.SIGTERM, stop)
+        try:
+            with pytest.raises(SystemExit):
+                run_for(beat, clock, 3)
+        finally:
+            signal.signal(signal.SIGTERM, before)
+        assert stops == ["stopped after 1 sent"]
+        assert [m.task_id for m in sent] == made(store)
+        assert work(store, sent) == {made(store)[0]: "completed"}

@@ -14,6 +14,11 @@ recent missed tick (the slot of "now"). A tick that ran already finds its task a
 does nothing, so restarts, catch-ups and even a second beat never make a tick's task
 twice. Ticks missed before the most recent one are not run.
 
+A tick is created and sent under SIGTERM and SIGINT held back: beat stopped the
+polite way (``kill``, Ctrl-C, a supervisor's stop) finishes the tick in hand and
+exits after it, never between "created" and "sent", where the task would wait
+for a worker's sweeper (``--sweep-after``, ten minutes by default).
+
 Celery is imported here and in :mod:`skillstate.workers.celery_app` only.
 """
 
@@ -23,8 +28,11 @@ import functools
 import hashlib
 import json
 import logging
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -189,7 +197,8 @@ class StoreScheduler(Scheduler):  # type: ignore[misc]  # celery ships no type h
         now = self.clock() if self.clock is not None else self.app.now()
         when = now.isoformat(timespec="seconds")
         try:
-            tick = fire(self.store, item, self._agent(item.agent), now, self.send)
+            with _stops_held():
+                tick = fire(self.store, item, self._agent(item.agent), now, self.send)
         except UsageError as exc:  # the agent is not allowed, its card refuses the fields
             log.warning(
                 "schedule %s: tick at %s skipped, nothing created: %s", entry.name, when, exc
@@ -221,6 +230,28 @@ class StoreScheduler(Scheduler):  # type: ignore[misc]  # celery ships no type h
     @property
     def info(self) -> str:
         return f"    . schedules -> {self.store.url} (read every {self.refresh:g}s)"
+
+
+_STOPS = {signal.SIGTERM, signal.SIGINT}
+
+
+@contextmanager
+def _stops_held() -> Iterator[None]:
+    """SIGTERM and SIGINT held back for the block, delivered when it ends.
+
+    Celery beat's handlers raise ``SystemExit`` wherever the main thread is; held
+    back, they land after the tick's send instead of between its commit and its
+    send. Only the main thread receives Python's signals, so elsewhere (an embedded
+    beat) there is nothing to hold. SIGKILL is never held: a hung broker still
+    yields to it, and the sweeper covers that case."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def run_beat(
