@@ -207,7 +207,7 @@ def test_long_suite_is_deterministic_and_covers_every_group() -> None:
         assert TaskSpec.model_validate_json(spec.model_dump_json()) == spec
     assert load_suite("long", 0) == first
     assert {"long", "seeds"} <= set(list_suites())
-    assert set(BUILTIN) == {"records", "ticket", "orders", "fix_syntax", "sales"}
+    assert set(BUILTIN) == {"records", "ticket", "orders", "fix_syntax", "sales", "channels"}
     with pytest.raises(UsageError):
         load_suite("nope")
     with pytest.raises(UsageError):

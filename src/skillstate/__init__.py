@@ -23,6 +23,9 @@ _EXPORTS: dict[str, str] = {
     "LoadEvidence": "skillstate.engine.actions",
     "WaitFor": "skillstate.engine.actions",
     "WaitUntil": "skillstate.engine.actions",
+    "Spawn": "skillstate.engine.actions",
+    "Map": "skillstate.engine.actions",
+    "Child": "skillstate.fanout",
     "Signal": "skillstate.control.signals",
     "gated": "skillstate.control.gates",
     "parse_action": "skillstate.engine.actions",
@@ -106,7 +109,9 @@ if TYPE_CHECKING:
         Fail,
         Finish,
         LoadEvidence,
+        Map,
         Revise,
+        Spawn,
         WaitFor,
         WaitUntil,
         parse_action,
@@ -140,6 +145,7 @@ if TYPE_CHECKING:
         UsageError,
     )
     from skillstate.events import Event, SkillTransition, ToolCall, Verdict
+    from skillstate.fanout import Child
     from skillstate.skills.binding import FromState, OneOf
     from skillstate.skills.context import SkillContext, ToolError
     from skillstate.skills.registry import SkillRegistry
@@ -189,6 +195,7 @@ __all__ = [
     "AskUser",
     "CallSkill",
     "Checkpoint",
+    "Child",
     "Compensation",
     "CompensationFailed",
     "Decision",
@@ -206,6 +213,7 @@ __all__ = [
     "InvalidStoreURL",
     "InvariantBroken",
     "LoadEvidence",
+    "Map",
     "MessageRefused",
     "MissingExtra",
     "NoParams",
@@ -225,6 +233,7 @@ __all__ = [
     "SkillRegistry",
     "SkillTransition",
     "SkillstateError",
+    "Spawn",
     "StaleState",
     "StateError",
     "StateMachine",

@@ -205,6 +205,10 @@ def _label(e: Event) -> str:
         best = ", ".join(f"{c.skill} {c.score:.2f}" for c in e.candidates[:3])
         more = " …" if len(e.candidates) > 3 else ""
         return f"{e.label}\n(of {len(e.candidates)}: {best}{more})"
+    if e.action.get("children"):  # fan-out: a join, a cascade, detached children
+        from skillstate.cli.tree import family_lines
+
+        return "\n".join([e.label, *family_lines(e.action)])
     if e.action.get("kind") not in ("approve", "reject"):
         return e.label
     why = e.action.get("reason")

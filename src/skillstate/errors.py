@@ -14,6 +14,7 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   ├── MissingExtra            an optional dependency is not installed
     │   ├── SecretKeyMissing        a sensitive field needs SKILLSTATE_KEY (or the key is wrong)
     │   ├── EffectsCrossed          a rollback or fork would cross effects that reached the world
+    │   ├── ChildrenCrossed         a rollback would drop child tasks that exist (fan-out)
     │   ├── MessageRefused          a task cannot take this message or cancel (ended, rejects)
     │   ├── InvariantBroken         a hand edit would break one of the agent's invariants
     │   ├── BaselineMismatch        an eval baseline from another suite, model, variant
@@ -24,7 +25,8 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   │   ├── StaleState          compare-and-set lost: someone committed first
     │   │   ├── LeaseHeld           another live worker holds the task
     │   │   ├── LeaseLost           this worker's lease was taken over (fencing token stale)
-    │   │   └── ApprovalNotPending  approve/reject of a task with no pending approval (decided)
+    │   │   ├── ApprovalNotPending  approve/reject of a task with no pending approval (decided)
+    │   │   └── ChildConflict       a child task's id is taken by a task with another parent
     │   ├── StoreUnavailable        the database or server cannot be reached (exit 7)
     │   ├── StateCorrupted          a stored record does not load or validate (exit 5)
     │   └── ArtifactNotFound        no artifact under that ref
@@ -32,6 +34,7 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   ├── IllegalTransition       a step the state machine does not allow
     │   ├── OutputNotDeclared       a skill wrote a key outside its ``outputs``
     │   ├── MemoryNotDeclared       a skill remembered into a scope outside its ``remembers``
+    │   ├── SharedNotDeclared       a skill wrote a shared record outside its ``shares``
     │   ├── SchemaTooNew            a stored state is newer than this code knows (exit 5)
     │   └── DefinitionChanged       a task is pinned to another definition of its agent,
     │                               and nothing declared carries the change (exit 8)
@@ -143,6 +146,18 @@ class EffectsCrossed(UsageError):
         self.effects = tuple(effects)
 
 
+class ChildrenCrossed(UsageError):
+    """A rollback would go back before a spawn whose child tasks exist.
+
+    Nothing was written. Choose ``detach`` (the parent forgets them; they keep running
+    or keep their results) or ``cascade`` (cancel the unfinished ones, then detach).
+    """
+
+    def __init__(self, message: str, children: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.children = tuple(children)
+
+
 class MessageRefused(UsageError):
     """A message (``send``) or a cancel that a task cannot take; nothing was posted.
 
@@ -175,6 +190,11 @@ class StoreError(SkillstateError):
 
 class Conflict(StoreError):
     """Another writer or worker got there first. Nothing was written; retry later."""
+
+
+class ChildConflict(Conflict):
+    """A child's id (``PARENT.VERSION.KEY``) is already a task that another parent (or
+    none) spawned: the spawn cannot be joined (:mod:`skillstate.fanout`)."""
 
 
 class StaleState(Conflict):
@@ -307,6 +327,24 @@ class MemoryNotDeclared(StateError):
         super().__init__(
             f"skill {skill!r} remembered {what}; it declares remembers="
             f"({', '.join(self.declared) or 'none'})"
+        )
+
+
+class SharedNotDeclared(StateError):
+    """A skill wrote a shared record it does not list in ``shares``, or read one the
+    agent does not declare (:mod:`skillstate.shared`)."""
+
+    def __init__(self, skill: str, name: str, shares: Iterable[str], *, writing: bool) -> None:
+        self.skill = skill
+        self.name = name
+        self.shares = tuple(shares)
+        what = (
+            f"wrote shared record {name!r}, which it does not declare"
+            if writing
+            else f"read shared record {name!r}, which the agent does not declare"
+        )
+        super().__init__(
+            f"skill {skill!r} {what}; it declares shares=({', '.join(self.shares) or 'none'})"
         )
 
 

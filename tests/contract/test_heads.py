@@ -168,3 +168,15 @@ def test_heads_give_a_waiting_tasks_deadline(store: Store) -> None:
     heads = by_id(store)
     assert heads["until"].wait_until == datetime(2030, 1, 2, 3, 4, 5, 250000, timezone.utc)
     assert [heads[t].wait_until for t in ("signal", "bad", "naive", "none")] == [None] * 4
+
+
+def test_heads_give_a_childs_parent(store: Store) -> None:
+    """parent.task_id of a child card (fan-out); None for a root or a parent that does not read."""
+    link = {"task_id": "p", "version": 2, "name": "channel", "key": "a", "depth": 1}
+    commit(store, "p")
+    commit(store, "p.2.a", parent=link)
+    commit(store, "root", parent=None)
+    commit(store, "odd", parent={"task_id": 7})
+    heads = by_id(store)
+    assert heads["p.2.a"].parent == "p"
+    assert [heads[t].parent for t in ("p", "root", "odd")] == [None] * 3

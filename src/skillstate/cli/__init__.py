@@ -61,6 +61,7 @@ for _group in (
     "extract",
     "distill",
     "memory",
+    "shared",
     "ui",
 ):
     importlib.import_module(f"skillstate.cli.{_group}")

@@ -166,6 +166,7 @@ def _agent_for(store: Store, task_id: str, explicit: str | None = None) -> Agent
     from skillstate.config import allowed_agents, load_config
     from skillstate.engine.agent import load_agent
     from skillstate.errors import AgentImportError, AgentNotAllowed
+    from skillstate.fanout.spec import CHILD_REF
 
     if explicit is not None:
         return load_agent(explicit, search_cwd=True)
@@ -174,7 +175,9 @@ def _agent_for(store: Store, task_id: str, explicit: str | None = None) -> Agent
         raise AgentImportError(
             f"task {task_id!r} does not record which agent drives it; pass --agent MODULE:ATTR"
         )
-    if ref not in allowed_agents(load_config()):
+    # A child kind with no reference of its own is imported through its parent's
+    # (``parent#children.kind``, skillstate.fanout): the parent's is what is allowed.
+    if ref.partition(CHILD_REF)[0] not in allowed_agents(load_config()):
         raise AgentNotAllowed(
             f"task {task_id!r} names agent {ref!r}, which is not an allowed agent; pass "
             "--agent MODULE:ATTR, or allow it in [tool.skillstate] agents (pyproject.toml or "
@@ -349,6 +352,12 @@ def _summary(result: RunResult[Any], store: Store | None = None) -> str:
         from skillstate.control.waits import waiting_summary
 
         return waiting_summary(state.task_id, state.wait)
+    if result.stopped == "waiting_children":
+        left = sum(r.status == "pending" for r in state.children)
+        return (
+            f"[yellow]waiting for {left} child task(s)[/] · task {task}\n"
+            f"workers run them, or: skillstate resume {task} (see skillstate tasks --tree)"
+        )
     if result.stopped == "cancelled":
         from skillstate.control.inbox import cancelled_line
 
@@ -383,6 +392,7 @@ def _exit_code(result: RunResult[Any]) -> int:
         "waiting_user": EXIT_OK,
         "waiting_approval": EXIT_OK,
         "waiting": EXIT_OK,
+        "waiting_children": EXIT_OK,
         "failed": EXIT_FAILED,
         "cancelled": EXIT_OK,
         "max_steps": EXIT_BUDGET,

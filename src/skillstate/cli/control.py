@@ -179,5 +179,12 @@ def _take_cancel(agent: Agent[Any], db: Store, task_id: str, *, verbose: bool) -
     )
     result = runtime.run(task_id, stop=lambda: True)
     console.print(_summary(result, db))
+    if result.state.status.is_terminal and result.state.children:
+        from rich.markup import escape
+
+        from skillstate.cli.cascade import take_child_cancels  # a parent: its children too
+
+        for line in take_child_cancels(db, task_id, verbose=verbose):
+            console.print(escape(line))
     db.close()
     raise typer.Exit(_exit_code(result))

@@ -60,6 +60,10 @@ def show(
                 field=exc.field,
             ) from exc
     print_state(state)
+    if state.parent is not None or state.children:  # fan-out: link parent and children
+        from skillstate.cli.tree import print_family
+
+        print_family(state, db)
 
 
 @app.command()

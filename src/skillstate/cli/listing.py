@@ -31,7 +31,7 @@ StatusOpt = Annotated[
     typer.Option(
         "--status",
         help="Only tasks with this status (repeatable): created, running, waiting_user, "
-        "waiting_approval, waiting, "
+        "waiting_approval, waiting, waiting_children, "
         f"completed, failed, cancelled, or {UNREADABLE} (a head that does not read).",
         show_default=False,
     ),
@@ -51,8 +51,9 @@ WaitingOpt = Annotated[
     bool,
     typer.Option(
         "--waiting",
-        help="Only tasks waiting on a person or the world (waiting_user, waiting_approval, "
-        "waiting: a time or a signal), longest first, with how long each has waited "
+        help="Only tasks waiting on a person, the world or their children (waiting_user, "
+        "waiting_approval, waiting: a time or a signal, waiting_children), "
+        "longest first, with how long each has waited "
         "(since its last commit) and until when.",
     ),
 ]
@@ -66,8 +67,22 @@ LongerThanOpt = Annotated[
     ),
 ]
 
-WAITING = ("waiting_user", "waiting_approval", "waiting")
-"""The statuses ``tasks --waiting`` lists: a person or the world moves these on."""
+TreeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tree",
+        help="Child tasks under their parents (fan-out). A listed parent shows all its "
+        "children, filtered or not; a child whose parent is not listed is a root with a "
+        "note (an orphan when the parent is gone).",
+    ),
+]
+DepthOpt = Annotated[
+    int,
+    typer.Option("--depth", min=0, help="With --tree: how many levels of children to show."),
+]
+
+WAITING = ("waiting_user", "waiting_approval", "waiting", "waiting_children")
+"""The statuses ``tasks --waiting`` lists: a person, the world or child tasks move these on."""
 
 
 def list_tasks(
@@ -76,6 +91,8 @@ def list_tasks(
     agent: AgentFilterOpt = None,
     waiting: WaitingOpt = False,
     longer_than: LongerThanOpt = None,
+    tree: TreeOpt = False,
+    depth: DepthOpt = 4,
     as_json: JsonOpt = False,
 ) -> None:
     """Every task in the store: status, step, version, last update, agent and lease
@@ -102,6 +119,17 @@ def list_tasks(
     ]
     if waiting:
         rows.sort(key=lambda head: -_waited(head, now))
+    if tree:
+        _print_tree(
+            heads,
+            rows,
+            db.url,
+            now,
+            depth=depth,
+            as_json=as_json,
+            filtered=wanted is not None or agent is not None,
+        )
+        return
     if as_json:
         typer.echo(json.dumps([_as_json(h, now) for h in rows], ensure_ascii=False, indent=2))
         return
@@ -114,6 +142,28 @@ def list_tasks(
 
 app.command("tasks")(list_tasks)
 app.command("list", hidden=True)(list_tasks)
+
+
+def _print_tree(
+    heads: list[HeadInfo],
+    rows: list[HeadInfo],
+    url: str,
+    now: datetime,
+    *,
+    depth: int,
+    as_json: bool,
+    filtered: bool,
+) -> None:
+    """``tasks --tree`` (:mod:`skillstate.cli.tree`), from the heads already read."""
+    from skillstate.cli.tree import forest, print_tree, tree_json
+    from skillstate.store.base import is_reserved
+
+    everyone = [head for head in heads if not is_reserved(head.task_id)]
+    roots = forest(everyone, rows, depth)
+    if as_json:
+        typer.echo(json.dumps(tree_json(roots, now), ensure_ascii=False, indent=2))
+    else:
+        print_tree(roots, url, now, filtered=filtered, depth=depth)
 
 
 def _statuses(given: list[str] | None) -> frozenset[str] | None:

@@ -11,7 +11,9 @@ from skillstate.cli._app import AgentOpt, StoreOpt, TaskArg, app
 from skillstate.cli._common import _agent_for, _new_task_id, _parse_assignments, _store
 
 if TYPE_CHECKING:
+    from skillstate.engine.family import ChildrenChoice
     from skillstate.engine.rewind import EffectChoice
+    from skillstate.store.base import Store
 
 CompensateOpt = Annotated[
     bool,
@@ -27,6 +29,15 @@ KeepEffectsOpt = Annotated[
         "--keep-effects",
         help="Go back anyway and leave those effects in the world (a re-done step finds its "
         "effect by its key instead of repeating it).",
+    ),
+]
+ChildrenOpt = Annotated[
+    str,
+    typer.Option(
+        "--children",
+        help="When going back before a spawn whose child tasks exist: refuse (the default), "
+        "detach (the parent forgets them; they keep running or keep their results) or "
+        "cascade (cancel the unfinished ones, then detach).",
     ),
 ]
 ForceOpt = Annotated[
@@ -55,25 +66,52 @@ def rollback(
     agent_ref: AgentOpt = None,
     compensate: CompensateOpt = False,
     keep_effects: KeepEffectsOpt = False,
+    children: ChildrenOpt = "refuse",
 ) -> None:
     """Restore an earlier version as a new commit (history is kept).
 
     When effects reached the world after that version (a ledger line, a sent
-    message), it is refused unless you choose --compensate or --keep-effects.
+    message), it is refused unless you choose --compensate or --keep-effects; when
+    child tasks were spawned after it, unless you choose --children detach or cascade.
     """
     from skillstate._render import console
     from skillstate.engine.rewind import rollback_task
     from skillstate.engine.runtime import Runtime
 
     choice = _effect_choice(compensate, keep_effects)
+    family = children_choice(children)
     db = _store(store)
     agent = _agent_for(db, task_id, agent_ref) if choice == "compensate" else None
-    new_version = rollback_task(db, task_id, to, effects=choice, agent=agent)
+    new_version = rollback_task(db, task_id, to, effects=choice, agent=agent, children=family)
     console.print(f"task {task_id} rolled back to version {to} as version {new_version}")
+    _say_children(db, task_id, new_version)
     if agent is not None:
         undone = Runtime(agent, db).compensate(task_id)
         if undone:
             console.print(f"task {task_id}: {undone} effect(s) undone, newest first")
+
+
+def children_choice(given: str) -> ChildrenChoice:
+    """``--children`` checked: one of refuse, detach, cascade."""
+    from skillstate.engine.family import CHILDREN_CHOICES
+    from skillstate.errors import UsageError
+
+    for choice in CHILDREN_CHOICES:
+        if given == choice:
+            return choice
+    raise UsageError(f"unknown --children {given!r}; choose from: {', '.join(CHILDREN_CHOICES)}")
+
+
+def _say_children(db: Store, task_id: str, version: int) -> None:
+    """What a rollback or fork just did to child tasks, as its event records it."""
+    from rich.markup import escape
+
+    from skillstate._render import console
+    from skillstate.cli.tree import family_lines
+
+    events = db.events(task_id, since=version - 1)
+    for line in family_lines(events[0].action) if events else []:
+        console.print(f"task {escape(task_id)}: {escape(line)}")
 
 
 @app.command()
@@ -194,6 +232,7 @@ def fork(
     console.print(
         f"task {new_id} starts from {task_id} version {at}; run it with: skillstate resume {new_id}"
     )
+    _say_children(db, new_id, 1)
 
 
 @app.command()

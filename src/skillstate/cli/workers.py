@@ -84,7 +84,8 @@ def worker(
             "--sweep-after",
             min=1.0,
             help="Seconds without a commit before a running task with no live lease is "
-            "stranded. Keep it above the longest wait in the queue and the provider backoff.",
+            "stranded (a waiting_children parent: since its last child ended). Keep it above "
+            "the longest wait in the queue and the provider backoff.",
         ),
     ] = 600.0,
     loglevel: Annotated[str, typer.Option("--loglevel", help="Celery's log level.")] = "INFO",
@@ -205,7 +206,8 @@ def requeue(
         typer.Option(
             "--stranded",
             help="Requeue every task left running (or created) with no live lease and no "
-            "commit for --older-than seconds, and print them.",
+            "commit for --older-than seconds (and every waiting_children parent whose children "
+            "all ended as long ago), and print them.",
         ),
     ] = False,
     older_than: Annotated[

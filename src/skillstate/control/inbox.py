@@ -43,7 +43,9 @@ compensating rollback's, one commit per undone effect (a ``kill -9`` resumes the
 queue where it stopped), and only then commits ``cancelled``. A compensation that
 fails stays queued, the task stays running (and ``cancelling``), and the error says
 so; resuming retries it. Messages and signals the task had not taken when it was
-cancelled are taken with the cancel and dropped.
+cancelled are taken with the cancel and dropped. A parent's cancel cascades: the commit that
+takes it posts a cancel to each unfinished child task and lists them in its event
+(``children``; :mod:`skillstate.engine.family`).
 
 Inbox kinds this module does not handle (``signal``: :mod:`skillstate.control.waits`)
 are left to their own readers; ``inbox_seen`` only says how far this one read.
@@ -58,6 +60,7 @@ from skillstate.control.approvals import ACTOR_CHARS, default_actor
 from skillstate.engine.agent import Agent
 from skillstate.engine.draft import Draft
 from skillstate.engine.effects import crossed_effects, describe
+from skillstate.engine.family import cancel_children
 from skillstate.engine.results import StepReport
 from skillstate.errors import MessageRefused
 from skillstate.events import Actor, Event
@@ -282,6 +285,14 @@ class Inbox:
             compensate=body.get("compensate") is True,
         )
         dropped = [m.seq for m in unread if m is not request and m.kind in KINDS]
+        # A parent's cancel cascades: each unfinished child is sent one (engine.family).
+        children = cancel_children(
+            self.store,
+            state,
+            reason=wanted.reason,
+            actor=wanted.actor,
+            compensate=wanted.compensate,
+        )
         queue: list[Compensation] = []
         after = state.replace(inbox_seen=last, messages=())
         error: str | None = None
@@ -297,7 +308,9 @@ class Inbox:
                 error = f"cancel could not undo {describe(missing)}: no rollback hook"
                 after = after.with_error(ErrorEntry(kind="compensation_failed", message=error))
         if not queue:
-            return self._cancelled(state, after, wanted, dropped=dropped, error=error)
+            return self._cancelled(
+                state, after, wanted, dropped=dropped, error=error, children=children
+            )
         after = after.replace(compensations=tuple(queue), cancelling=wanted)
         action = {
             "kind": "cancel",
@@ -305,6 +318,7 @@ class Inbox:
             **_request(wanted),
             "compensate": [c.key for c in queue],
             **({"dropped": dropped} if dropped else {}),
+            **({"children": children} if children else {}),
         }
         return self._commit(state, Draft(after=after, error=error), action, "human")
 
@@ -317,6 +331,7 @@ class Inbox:
         undone: bool = False,
         dropped: Sequence[int] = (),
         error: str | None = None,
+        children: dict[str, int] | None = None,
     ) -> tuple[AgentState, Event]:
         """Commit ``after`` as ``cancelled`` (once its compensations ran, when ``undone``)."""
         after = after.replace(
@@ -331,6 +346,8 @@ class Inbox:
             action["compensated"] = True
         if dropped:
             action["dropped"] = list(dropped)
+        if children:
+            action["children"] = children  # the cancels posted to unfinished children
         return self._commit(state, Draft(after=after, error=error), action, "human")
 
 

@@ -27,7 +27,9 @@ from skillstate.engine.actions import (
     CallSkill,
     Finish,
     LoadEvidence,
+    Map,
     Revise,
+    Spawn,
     WaitFor,
     WaitUntil,
 )
@@ -39,14 +41,17 @@ from skillstate.errors import (
     IllegalTransition,
     MemoryNotDeclared,
     OutputNotDeclared,
+    SharedNotDeclared,
     SkillstateError,
     StateError,
     ToolApprovalNeeded,
     ToolNotAllowed,
 )
 from skillstate.events import SkillTransition, ToolCall, Verdict
+from skillstate.fanout.spawn import spawn_draft, spawn_problem, spawned_by
 from skillstate.limits import problem
 from skillstate.memory.runtime import bound_scopes, write_problem
+from skillstate.shared.access import Sharing
 from skillstate.skills.binding import check_bound
 from skillstate.skills.handles import resolve_handles
 from skillstate.skills.skill import Outcome, Skill, SkillContext, VerifyContext
@@ -114,6 +119,8 @@ class Acting:
                 return start_wait(self.agent, state, action, step_id)
             if isinstance(action, LoadEvidence):
                 return load_evidence(self.store, state, action, step_id)
+            if isinstance(action, Spawn | Map):  # skillstate.fanout
+                return spawn_draft(self.agent, state, action, step_id)
             if isinstance(action, Finish):
                 return self._finish(state, action, step_id)
             if isinstance(action, Revise):
@@ -295,7 +302,7 @@ class Acting:
             outcome = found if found is not None else skill.run(state, params, ctx)
         except ToolNotAllowed as exc:
             return Attempt(None, state, None, ("tool_not_allowed", str(exc)))
-        except MemoryNotDeclared as exc:  # a contract bug, like an undeclared output
+        except (MemoryNotDeclared, SharedNotDeclared) as exc:  # a contract bug, like an output
             return Attempt(None, state, None, ("output_not_declared", str(exc)))
         except Exception as exc:
             return Attempt(
@@ -318,7 +325,9 @@ class Acting:
                     "stores each tool output) and write a summary or its ref"
                 )
                 return Attempt(outcome, state, None, ("invalid_output", reason))
-        unfit = write_problem(ctx.remembered, limits)
+        unfit = write_problem(ctx.remembered, limits) or spawn_problem(
+            self.agent, state, skill, ctx.spawned
+        )
         if unfit is not None:
             return Attempt(outcome, state, None, ("invalid_output", unfit))
         try:
@@ -393,6 +402,7 @@ class Acting:
             fence=self.fence(state.task_id) if skill.effects else None,
             memory=bound_scopes(skill.remembers, state),
         )
+        ctx.sharing = Sharing(skill.name, self.agent.shared, skill.shares, state, self.store)
         # Built after the context: a per-task factory may take it (artifacts, the key).
         ctx.bind_tools({name: _tool(self.agent.tools[name], state, ctx) for name in skill.tools})
         gates = {n: t for n in skill.tools if isinstance(t := self.agent.tools[n], Gated)}
@@ -451,6 +461,7 @@ class Acting:
             )
             .with_step(record)
         )
+        after = spawned_by(self.agent, state, after, ctx.spawned)  # ctx.spawn: fanout
         return Draft(
             after=after,
             step_id=record.id,
@@ -461,6 +472,7 @@ class Acting:
             transition=transition,
             found_by_probe=ctx.found_by_probe,
             remembered=tuple(ctx.remembered),  # verified: the commit writes them
+            shared=ctx.sharing.changes() if ctx.sharing else (),  # skillstate.shared
         )
 
     def _give_up(

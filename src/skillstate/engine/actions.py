@@ -36,7 +36,9 @@ __all__ = [
     "Fail",
     "Finish",
     "LoadEvidence",
+    "Map",
     "Revise",
+    "Spawn",
     "WaitFor",
     "WaitUntil",
     "action_json_schema",
@@ -162,12 +164,43 @@ class LoadEvidence(_Action):
     ref: str = Field(min_length=1, max_length=REF_CHARS)
 
 
+CHILD_KEY = r"^[A-Za-z0-9_-]{1,48}$"
+"""A child's key (:data:`skillstate.fanout.spec.KEY_PATTERN`): it ends the child's id."""
+
+
+class Spawn(_Action):
+    """Start one child task of a kind the agent declares (``Agent(children=...)``) and
+    wait for it: the task is ``waiting_children`` until the join (:mod:`skillstate.fanout`).
+
+    ``key`` names the child among its siblings (its id is ``PARENT.VERSION.KEY``);
+    ``set`` are fields of the child's card; ``goal`` replaces its agent's goal.
+    Offered only to an agent that declares children.
+    """
+
+    kind: Literal["spawn"] = "spawn"
+    child: str = Field(min_length=1, max_length=48)
+    key: str = Field(pattern=CHILD_KEY)
+    set: dict[str, Any] = Field(default_factory=dict)
+    goal: str | None = Field(default=None, max_length=TEXT_CHARS)
+
+
+class Map(_Action):
+    """Start one child task per item of ``over`` (each item the child's fields, or a
+    skill kind's params) and wait for them all. ``key`` names the item field whose
+    value keys each child; ``None``: the item's index."""
+
+    kind: Literal["map"] = "map"
+    child: str = Field(min_length=1, max_length=48)
+    over: list[dict[str, Any]] = Field(min_length=1)
+    key: str | None = None
+
+
 Action = Annotated[
-    CallSkill | AskUser | WaitUntil | WaitFor | LoadEvidence | Finish | Fail | Revise,
+    CallSkill | AskUser | WaitUntil | WaitFor | LoadEvidence | Finish | Fail | Revise | Spawn | Map,
     Field(discriminator="kind"),
 ]
-"""One decision: call a skill, ask the user, wait, look at evidence, finish or fail
-(discriminated by ``kind``)."""
+"""One decision: call a skill, ask the user, wait, look at evidence, spawn child tasks,
+finish or fail (discriminated by ``kind``)."""
 
 _ADAPTER: TypeAdapter[Action] = TypeAdapter(Action)
 
@@ -249,7 +282,11 @@ def _check_offered(
     can_revise: bool,
     can_wait: bool = False,
     signals: Sequence[str] = (),
+    children: Sequence[str] = (),
 ) -> None:
+    if isinstance(action, Spawn | Map) and action.child not in children:
+        known = ", ".join(children) or "none (the agent declares no children)"
+        raise ActionRejected(f"cannot spawn child kind {action.child!r}; kinds: {known}")
     if isinstance(action, WaitUntil) and not can_wait:
         raise ActionRejected("'wait_until' is not available: call a skill or finish")
     if isinstance(action, WaitFor) and action.signal not in signals:
@@ -323,6 +360,7 @@ def validate_decision(
     can_wait: bool = False,
     signals: Sequence[str] = (),
     evidence: Sequence[str] = (),
+    children: Sequence[str] = (),
 ) -> Action:
     """A model's reply as an :data:`Action`, or ``ActionRejected`` saying what is wrong.
 
@@ -337,7 +375,12 @@ def validate_decision(
     action = parse_action(data)
     _check_text(action)
     _check_offered(
-        action, can_ask=can_ask, can_revise=can_revise, can_wait=can_wait, signals=signals
+        action,
+        can_ask=can_ask,
+        can_revise=can_revise,
+        can_wait=can_wait,
+        signals=signals,
+        children=children,
     )
     if isinstance(action, WaitFor) and action.on_timeout is not None:
         raise ActionRejected("on_timeout is the agent's to declare: leave it out")

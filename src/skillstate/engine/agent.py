@@ -25,8 +25,10 @@ from skillstate.definitions.manifest import Definition, definition_of
 from skillstate.definitions.patches import Patch, alias_patches, patch_problems
 from skillstate.engine.policy import ModelPolicy, Policy
 from skillstate.errors import AgentImportError, UsageError
+from skillstate.fanout import spec as fanout
 from skillstate.limits import DEFAULT_LIMITS, Limits, problem
 from skillstate.memory.facts import template_problems
+from skillstate.shared.declare import Shared, shared_problems
 from skillstate.skills.binding import binding_problems
 from skillstate.skills.registry import SkillRegistry
 from skillstate.skills.vacuous import vacuous_verify
@@ -41,6 +43,7 @@ from skillstate.state.view import VALUE_CHARS, View, render_view
 if TYPE_CHECKING:
     from skillstate.library.retrieval import Retriever
     from skillstate.library.stats import SuccessRates
+    from skillstate.skills.skill import Skill
 
 __all__ = ["Agent", "Invariant", "PerTask", "agent_factory", "load_agent", "per_task"]
 
@@ -192,6 +195,17 @@ class Agent(Generic[S]):
     memory_facts: int = 12
     """How many facts of :attr:`memory` a view shows at most, the most recently written
     first (the view budget hides them before the task's own facts)."""
+    shared: Mapping[str, Shared] = field(default_factory=dict)
+    """Records shared across tasks, by name (:mod:`skillstate.shared`)."""
+    # -- Fan-out (issue 28; skillstate.fanout: checked by fanout.spec.check_children) --
+    children: Mapping[str, fanout.Child | Agent[Any] | Skill[Any, Any] | str] = field(
+        default_factory=dict
+    )
+    """Kinds of child task this agent may spawn (``Spawn``/``Map``), by name."""
+    max_children: int = fanout.MAX_WIDTH
+    """The most children one ``Spawn``/``Map`` makes (a task: 4 times this in all)."""
+    max_depth: int = fanout.MAX_DEPTH
+    """How deep a tree of tasks may grow below a root task."""
 
     @property
     def definition(self) -> Definition:
@@ -274,6 +288,8 @@ class Agent(Generic[S]):
                 )
         problems += _budget_problems(self.view_budget)
         problems += _memory_problems(self)
+        problems += shared_problems(self)
+        problems += fanout.check_children(self)
         problems += chain_problems(self.state_type)
         problems += signal_problems(self.signals, self.machine.steps)
         # A skill's `aliases` are rename markers too: one patch per old name.
@@ -363,6 +379,7 @@ class Agent(Generic[S]):
             can_wait=self.can_wait,
             signals={name: spec.schema for name, spec in self.signal_specs.items()},
             choose=choose,
+            child_kinds=tuple(self.children),
         )
 
     @property
@@ -453,6 +470,8 @@ def load_agent(ref: str, *, search_cwd: bool = False) -> Agent[Any]:
     ``search_cwd`` also looks for the module in the current directory, as
     ``python -m`` would (the CLI's entry point does not put it on ``sys.path``).
     """
+    if fanout.CHILD_REF in ref:  # a child kind with no reference of its own
+        return fanout.resolve_child_ref(ref, search_cwd=search_cwd)
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise AgentImportError(f"expected MODULE:ATTR, got {ref!r}")

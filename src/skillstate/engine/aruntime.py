@@ -43,6 +43,7 @@ from skillstate.engine.results import RunResult, StepReport
 from skillstate.engine.runtime import Runtime, Steps
 from skillstate.engine.trace import traced_step, using
 from skillstate.errors import DecisionFailed
+from skillstate.fanout.inline import arun_inline, check_concurrency
 from skillstate.state.model import AgentState
 from skillstate.store.aio import AsyncStore, BlockingStore, ThreadedStore, is_async_store
 from skillstate.store.base import Store
@@ -66,6 +67,8 @@ class AsyncRuntime(Generic[S]):
 
     def __init__(self, agent: Agent[S], store: Store | AsyncStore, **options: Any) -> None:
         self._store = store
+        self.max_concurrency = check_concurrency(options.pop("max_concurrency", 8))
+        """How many of a parent's inline children run at once (:mod:`skillstate.fanout`)."""
         # Both protocols name the same methods: only their coroutines tell them apart.
         # A ThreadedStore is unwrapped: the step logic runs in a thread already.
         sync: Store
@@ -173,7 +176,9 @@ class AsyncRuntime(Generic[S]):
             create=create,
             accept_definition=accept_definition,
         )
-        return await self._run(task_id, steps, None)
+        result = await self._run(task_id, steps, None)
+        again = {"inputs": inputs, "inputs_from": inputs_from, "max_steps": max_steps, "stop": stop}
+        return await arun_inline(self, result, **again)  # children concurrently, then the join
 
     async def resume(self, task_id: str, **options: Any) -> RunResult[S]:
         """:meth:`run` on a task that must exist already (``TaskNotFound`` otherwise)."""

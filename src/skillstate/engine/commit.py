@@ -24,6 +24,7 @@ from skillstate.engine.pins import Pins
 from skillstate.errors import StateCorrupted, StateError
 from skillstate.events import Actor, Event, TokenUsage, utcnow
 from skillstate.memory.runtime import TaskMemory
+from skillstate.shared.runtime import TaskShared
 from skillstate.state.diff import Differ, JsonDocument, Patch
 from skillstate.state.model import CARD_VERSION, AgentState, UsageTotals
 from skillstate.state.redact import Redactor
@@ -65,6 +66,8 @@ class Committer:
         """The check of each task's pinned definition (:mod:`skillstate.engine.pins`)."""
         self.memory = TaskMemory(agent, store, self, fence=fence)
         """Cross-task memory: the outbox flush and the recall (:mod:`skillstate.memory`)."""
+        self.shared = TaskShared(agent, store, self, fence=fence)
+        """Shared records: snapshots, and writes settled once (:mod:`skillstate.shared`)."""
 
     def head(self, task_id: str) -> AgentState:
         """The head a write starts from: loaded, then checked against the definition the
@@ -72,6 +75,8 @@ class Committer:
         :class:`~skillstate.errors.DefinitionChanged`). Memory writes a crash left in its
         outbox are written to their scopes first (once), and the head is the one after."""
         state = self.pins.guard(self.load(task_id))
+        if state.shared_pending:  # written, or the step undone; before the memory flush
+            state = self.shared.flush(state, resumed=True) or self.load(task_id)
         if state.memory_outbox:
             state = self.memory.flush(state, resumed=True)
         return state
@@ -136,6 +141,8 @@ class Committer:
         redactor = self.redactor(before, final, extra=draft.secrets)
         if draft.remembered:  # into the outbox, in this step's own compare-and-set
             final = self.memory.outboxed(final, draft, redactor)
+        if draft.shared:  # pending, tagged with this version, in the same compare-and-set
+            final = self.shared.pending(final, draft, redactor)
         final, document, patch, stored, checked = self._serialize(before, final, redactor)
         event = Event(
             task_id=final.task_id,
@@ -174,8 +181,11 @@ class Committer:
             from skillstate.engine.runtime import StepReport
 
             self.observer(StepReport(before=before, after=final, event=event, view=view))
-        if draft.remembered:  # committed: now to the memory records, then the outbox empty
-            self.memory.flush(final, resumed=False)
+        head: AgentState | None = final
+        if draft.shared:  # to the record (CAS on the version seen), or the step undone
+            head = self.shared.flush(final, resumed=False, before=before)
+        if draft.remembered and head is not None:  # now to the memory records
+            self.memory.flush(head, resumed=False)
         return final, event
 
     def _serialize(

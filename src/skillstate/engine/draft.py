@@ -21,6 +21,7 @@ from skillstate.state.model import AgentState, Decision, ErrorEntry
 
 if TYPE_CHECKING:
     from skillstate.memory.facts import MemoryWrite
+    from skillstate.shared.access import SharedChange
     from skillstate.skills.skill import Skill
 
 __all__ = ["Draft", "decision", "reject", "signature"]
@@ -58,6 +59,9 @@ class Draft:
     remembered: tuple[MemoryWrite, ...] = ()
     """What the verified attempt asked to remember (``ctx.remember``): the commit puts it
     in the card's outbox and writes it to the memory scopes (:mod:`skillstate.memory`)."""
+    shared: tuple[SharedChange, ...] = ()
+    """The verified attempt's write to a shared record (``ctx.write_shared``): committed
+    pending with the step, then compared-and-set on the record (:mod:`skillstate.shared`)."""
 
 
 def decision(action: Action, target: str | None) -> Decision:

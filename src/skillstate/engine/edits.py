@@ -354,6 +354,11 @@ def card_problems(agent: Agent[Any], state: AgentState) -> list[str]:
         problems.append("status waiting_approval goes with a pending approval, and only with one")
     if (state.status is TaskStatus.WAITING) != (state.wait is not None):
         problems.append("status waiting goes with a wait (a time or a signal), and only with one")
+    pending = any(child.status == "pending" for child in state.children)  # fan-out
+    if state.status is TaskStatus.WAITING_CHILDREN and not pending:
+        problems.append("status waiting_children but no child is pending")
+    if state.status is TaskStatus.RUNNING and pending:
+        problems.append("status running with pending children (waiting_children until joined)")
     if state.status.is_terminal and (state.pending_effect or state.compensations):
         problems.append(f"status {state.status.value} with unfinished effects")
     return problems

@@ -50,7 +50,14 @@ class Begun(NamedTuple):
     started: datetime
 
 
-_WAITING = frozenset({TaskStatus.WAITING_USER, TaskStatus.WAITING_APPROVAL, TaskStatus.WAITING})
+_WAITING = frozenset(
+    {
+        TaskStatus.WAITING_USER,
+        TaskStatus.WAITING_APPROVAL,
+        TaskStatus.WAITING,
+        TaskStatus.WAITING_CHILDREN,
+    }
+)
 """Statuses a decision is not taken in: someone else moves the task on."""
 
 

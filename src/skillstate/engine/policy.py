@@ -144,6 +144,11 @@ SIGNAL_LINE = (
 ASK_LINE = (
     '- {"kind": "ask_user", "question": TEXT, "reason": WHY} when only the user can answer,\n'
 )
+SPAWN_LINE = (
+    '- {{"kind": "spawn", "child": KIND, "key": KEY, "set": {{FIELD: VALUE}}, "reason": WHY}} '
+    'or {{"kind": "map", "child": KIND, "over": [{{FIELD: VALUE}}, ...], "reason": WHY}} to start '
+    "child tasks ({names}) and wait for their results (the Children section),\n"
+)
 LOAD_LINE = (
     '- {"kind": "load_evidence", "ref": REF, "reason": WHY} to read one evidence item\'s raw '
     "output (its ref as the state shows it) when its summary is not enough: the next turn "
@@ -187,6 +192,8 @@ class ModelPolicy:
             wait += SIGNAL_LINE.format(names=", ".join(view.signals))
         if view.evidence_refs:
             wait += LOAD_LINE
+        if view.child_kinds:
+            wait += SPAWN_LINE.format(names=", ".join(view.child_kinds))
         return SYSTEM_PROMPT.format(
             agent=agent,
             description=view.agent_description,
@@ -247,6 +254,7 @@ class ModelPolicy:
                     can_wait=view.can_wait,
                     signals=tuple(view.signals),
                     evidence=view.evidence_refs,
+                    children=view.child_kinds,
                 )
             except ActionRejected as exc:
                 error = str(exc)

@@ -21,6 +21,7 @@ StopReason = Literal[
     "waiting_user",
     "waiting_approval",
     "waiting",
+    "waiting_children",
     "max_steps",
     "budget",
     "stalled",

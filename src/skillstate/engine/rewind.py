@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from skillstate.engine.agent import Agent
 from skillstate.engine.effects import EffectRecord, crossed_effects, describe
+from skillstate.engine.family import ChildrenChoice, forked_children, rollback_children
 from skillstate.engine.lease import human_lease
 from skillstate.errors import EffectsCrossed, TaskNotFound, UsageError
 from skillstate.events import Event
@@ -43,8 +44,12 @@ def rollback_task(
     *,
     effects: EffectChoice = "refuse",
     agent: Agent[Any] | None = None,
+    children: ChildrenChoice = "refuse",
 ) -> int:
     """Make the state of ``to_version`` the new head, as a new commit; returns its version.
+
+    Going back before a spawn whose child tasks exist is refused unless ``children``
+    is ``detach`` or ``cascade`` (:mod:`skillstate.engine.family`).
 
     With ``effects="compensate"`` the crossed effects are queued in the new head;
     run them with ``Runtime(agent, store).compensate(task_id)`` (or any ``run``,
@@ -52,7 +57,15 @@ def rollback_task(
     crossed effect's skill has a rollback hook. Holds the task's lease throughout.
     """
     with human_lease(store, task_id) as fence:
-        return _rollback(store, task_id, to_version, effects=effects, agent=agent, fence=fence)
+        return _rollback(
+            store,
+            task_id,
+            to_version,
+            effects=effects,
+            agent=agent,
+            fence=fence,
+            children=children,
+        )
 
 
 def _rollback(
@@ -63,6 +76,7 @@ def _rollback(
     effects: EffectChoice,
     agent: Agent[Any] | None,
     fence: int | None,
+    children: ChildrenChoice = "refuse",
 ) -> int:
     """The rollback itself (the caller holds the lease)."""
     head = store.load(task_id)
@@ -89,6 +103,9 @@ def _rollback(
             {"key": r.key, "skill": r.skill, "params": r.params, "version": r.version}
             for r in crossed
         ]
+    family = rollback_children(
+        store, task_id, head.state, target.state, to_version=to_version, choice=children
+    )
     document = dict(target.state)
     document["version"] = head.version + 1
     # Which keys were undone is a fact about the world, not about the old version.
@@ -102,6 +119,9 @@ def _rollback(
     if crossed:
         action["effects"] = effects
         action["crossed"] = [r.key for r in crossed]
+    if family.crossed:
+        document["children"] = family.records
+        action["children"] = family.apply(store)  # the cascade's cancels, then the commit
     event = Event(
         task_id=task_id,
         version=head.version + 1,
@@ -159,7 +179,9 @@ def fork_task(
             "anyway (they stay in the world; the fork's own effects get its own keys)",
             crossed,
         )
+    family, detached = forked_children(state)  # the fork starts with no live children
     forked: AgentState = state.evolve(
+        **family,
         task_id=new_id,
         version=1,
         compensations=(),
@@ -173,6 +195,8 @@ def fork_task(
     )
     document = forked.to_json()
     action: dict[str, Any] = {"kind": "fork", "from_task": task_id, "from_version": at_version}
+    if detached:
+        action["children"] = {"detached": detached}
     if crossed:
         action["effects"] = effects
         action["crossed"] = [r.key for r in crossed]

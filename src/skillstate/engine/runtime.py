@@ -48,6 +48,9 @@ from skillstate.errors import (
     UsageError,
 )
 from skillstate.events import Actor
+from skillstate.fanout.inline import run_inline
+from skillstate.fanout.join import Children
+from skillstate.fanout.spec import ChildMode, check_mode
 from skillstate.limits import problem
 from skillstate.llm.base import Prices
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
@@ -98,6 +101,7 @@ class Runtime(Generic[S]):
         on_stall: OnStall = "fail",
         lease: bool = True,
         tracer: Tracer = NOOP,
+        children: ChildMode = "inline",
     ) -> None:
         if max_steps < 1 or max_retries < 0:
             raise UsageError("max_steps must be >= 1 and max_retries >= 0")
@@ -126,6 +130,8 @@ class Runtime(Generic[S]):
         their repairs: a model that cannot produce an action here would otherwise
         spend the whole step budget (resumable, like the other budgets)."""
         self.guard = Guard(max_stalled=max_stalled, max_repeats=max_repeats, on_stall=on_stall)
+        self.children = check_mode(children)
+        """Who runs a parent's children: this ``run`` (``inline``) or workers (``dispatch``)."""
         self._committer = Committer(agent, store, observer, fence=self._fence)
         self._acting = Acting(agent, store, max_retries, self._committer.redactor, self._fence)
         self._settling = Settling(
@@ -136,6 +142,7 @@ class Runtime(Generic[S]):
         )
         self._waits = Waits(agent, store, self._committer.commit)
         self._inbox = Inbox(agent, store, self._committer.commit)
+        self._children = Children(agent, store, self._committer.commit, spawner=self)
         self._steps = Phases(
             agent,
             store,
@@ -229,7 +236,8 @@ class Runtime(Generic[S]):
             result: RunResult[S] = drive(steps, self._step)
             span.set("skillstate.run.stopped", result.stopped)
             span.set("skillstate.run.steps", result.steps)
-            return result
+        again = {"inputs": inputs, "inputs_from": inputs_from, "max_steps": max_steps, "stop": stop}
+        return run_inline(self, result, **again)  # a parent's children, then its join
 
     def loop(
         self,
@@ -323,6 +331,7 @@ class Runtime(Generic[S]):
             if taken is not None:
                 return taken
             state = self._committer.memory.refresh(state)  # what other tasks remembered
+            state = self._committer.shared.refresh(state)  # shared records that moved
             report: StepReport[Any] = yield state
             return report
 
@@ -573,6 +582,7 @@ class Runtime(Generic[S]):
             if spent is not None:
                 return RunResult(self._stop_for_budget(state, spent), "budget", steps)
             state = self._committer.memory.refresh(state)  # what other tasks remembered
+            state = self._committer.shared.refresh(state)  # shared records that moved
             report = yield state  # decide from the state just loaded: one read per step
             steps += 1
             if report.stalled:
@@ -594,6 +604,8 @@ class Runtime(Generic[S]):
         (:mod:`skillstate.control.waits`)."""
         if state.status is TaskStatus.WAITING_USER:
             return self._answer(state, queue, first)
+        if state.status is TaskStatus.WAITING_CHILDREN:  # skillstate.fanout
+            return self._children.settle(state)
         return self._waits.settle(state)
 
     def _answer(self, state: AgentState, queue: list[str], first: int) -> bool:
@@ -677,6 +689,7 @@ def drive(steps: Steps[R], step: Callable[[AgentState], StepReport[Any]]) -> R:
 _PARKED: dict[TaskStatus, StopReason] = {
     TaskStatus.WAITING_USER: "waiting_user",
     TaskStatus.WAITING: "waiting",
+    TaskStatus.WAITING_CHILDREN: "waiting_children",
 }
 """Statuses a run stops in unless something at hand moves the task on (see _moved_on)."""
 

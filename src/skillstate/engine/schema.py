@@ -43,6 +43,7 @@ def decision_schema(
     can_wait: bool = False,
     signals: Sequence[str] = (),
     evidence: Sequence[str] = (),
+    children: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The response schema of one decision, built from the state it is made in.
 
@@ -54,7 +55,8 @@ def decision_schema(
     enter: a model that spelled one out kept a summarizing skill in its old step).
     ``wait_until`` (in seconds) is offered when ``can_wait``, ``wait_for`` when the
     agent declares ``signals`` (one of their names), ``load_evidence`` when the card
-    has ``evidence`` refs (one of them, as the view shows it). Each
+    has ``evidence`` refs (one of them, as the view shows it), ``spawn`` and ``map``
+    when the agent declares ``children`` (one of their kinds). Each
     skill's own ``$defs`` are hoisted under a prefix so the branches can live in
     one document.
 
@@ -70,6 +72,7 @@ def decision_schema(
         frozenset(stepped),
         can_wait=can_wait,
         signals=tuple(signals),
+        children=tuple(children),
     )
     return _with_load(schema, tuple(evidence)) if evidence else schema
 
@@ -124,6 +127,7 @@ def _decision_schema(
     *,
     can_wait: bool = False,
     signals: tuple[str, ...] = (),
+    children: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     steps: dict[str, Any] = {"anyOf": [{"enum": list(next_steps)}, {"type": "null"}]}
     if not next_steps:
@@ -177,6 +181,8 @@ def _decision_schema(
                 required=("kind", "signal"),
             )
         )
+    if children:
+        branches += _spawn_branches(children)
     branches.append(
         _branch(
             {
@@ -207,6 +213,26 @@ def _decision_schema(
     if defs:
         document["$defs"] = defs
     return document
+
+
+def _spawn_branches(children: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``spawn`` (one child) and ``map`` (one child per item) of a declared kind."""
+    kind = {"enum": list(children)}
+    key = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,48}$", "maxLength": 48}
+    fields = {"type": "object", "additionalProperties": {"anyOf": _SCALAR}}
+    goal = {"anyOf": [{"type": "string", "maxLength": TEXT_CHARS}, {"type": "null"}]}
+    items = {"type": "array", "items": fields, "minItems": 1, "maxItems": MAX_ITEMS}
+    name = {"anyOf": [{"type": "string", "maxLength": 48}, {"type": "null"}]}
+    return [
+        _branch(
+            {"kind": {"const": "spawn"}, "child": kind, "key": key, "set": fields, "goal": goal},
+            required=("kind", "child", "key"),
+        ),
+        _branch(
+            {"kind": {"const": "map"}, "child": kind, "over": items, "key": name},
+            required=("kind", "child", "over"),
+        ),
+    ]
 
 
 REASON_CHARS = 200

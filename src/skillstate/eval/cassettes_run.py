@@ -3,6 +3,7 @@ with the run's cassettes (see :mod:`skillstate.eval.cassettes` for what each hol
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,7 +96,12 @@ class RunRecorder:
                 return provider  # a replay rebuilds the oracle: it reads its plan
             return ModelRecorder(provider, self._replies)
 
-        return replace(env, tools=tools), recorded
+        from skillstate.eval.children import with_child_tools
+
+        def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            return self.tools.wrap(name, fn) if plain_tool(fn) else fn
+
+        return with_child_tools(replace(env, tools=tools), wrap), recorded
 
     def save(self, *, stopped: str, failure: str | None) -> Path:
         """Write the manifest and the cassettes into :attr:`root`; the manifest's path."""

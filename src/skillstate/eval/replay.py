@@ -95,10 +95,16 @@ class ToolPlayer:
 
     def attach(self, env: Environment) -> Environment:
         """``env`` with its plain tools served by this player."""
+        from skillstate.eval.children import with_child_tools
+
         tools = {
             name: self.wrap(name, fn) if plain_tool(fn) else fn for name, fn in env.tools.items()
         }
-        return replace(env, tools=tools)
+
+        def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            return self.wrap(name, fn) if plain_tool(fn) else fn
+
+        return with_child_tools(replace(env, tools=tools), wrap)
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)  # keeps the signature: the raw-tools variants read it

@@ -31,6 +31,7 @@ from skillstate.engine.replay import Expectations, attribute
 from skillstate.engine.runtime import Runtime
 from skillstate.errors import ContextOverflow, ProviderError, SkillstateError
 from skillstate.eval.bad_steps import inject_bad_steps
+from skillstate.eval.children import attach_children
 from skillstate.eval.families import build_environment
 from skillstate.eval.results import RecoveryResult, TaskResult
 from skillstate.eval.tasks import Environment, TaskSpec
@@ -172,6 +173,8 @@ def make_runtime(
     own = variant.policy(provider, max_repairs=max_repairs)
     policy: Policy[Any] = own if wrap is None else wrap(own, env)
     agent = build_agent(spec, env, variant, policy)
+    # A fan-out family's child kinds, built for this variant (skills variants only).
+    agent = attach_children(agent, env, variant, provider, max_repairs=max_repairs)
     return Runtime(agent, store, max_steps=budget, max_invalid=max_invalid, worker=worker)
 
 
@@ -187,6 +190,8 @@ def failure_of(stopped: str, state: Any, max_invalid: int | None) -> str | None:
         return "waits for an approval (no person in the evaluation)"
     if stopped == "waiting":
         return "waits for a time or a signal (the evaluation delivers none)"
+    if stopped == "waiting_children":
+        return "waits for child tasks that did not end"
     if stopped == "stalled":
         return str(state.errors[-1].message)  # the stall guard's reason
     if stopped == "failed":
@@ -270,7 +275,10 @@ def _execute(
                 if in_a_row > FAULTS_IN_A_ROW:
                     raise
             else:
-                if not (stop_after and budget == stop_after and result.stopped == "max_steps"):
+                # An interruption stops the children too (they run with the parent's budget):
+                # their parent then waits for them, and is resumed like any stop.
+                stopped_early = result.stopped in {"max_steps", "waiting_children"}
+                if not (stop_after and budget == stop_after and stopped_early):
                     break
                 budget = spec.max_steps  # the interruption is over: resume to the end
             left = budget - decisions_made(store)
@@ -349,7 +357,9 @@ def run_task(
         recorder.save(stopped=run.stopped, failure=run.failure)
     result = _measure(spec, variant, seed, run)
     if recovery and result.success:
-        plan_len = result.plan_steps
+        # Stops are counted in the parent's decisions (what its step budget counts),
+        # whatever its children take.
+        plan_len = len(run.env.plan_skills if variant.actions == "skills" else run.env.plan_tools)
         for point in RECOVERY_POINTS:
             stop = max(1, math.floor(plan_len * point))
             again = _execute(
@@ -408,7 +418,7 @@ def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResu
         seed=seed,
         success=False,
         failure=run.failure,
-        plan_steps=len(plan),
+        plan_steps=len(plan) + (env.child_steps if variant.actions == "skills" else 0),
     )
     try:
         head = store.load(TASK_ID)
@@ -417,7 +427,15 @@ def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResu
         return result
     state = build_agent(spec, env, variant, _NoPolicy()).parse_state(head.state)
     events = store.events(TASK_ID)
-    decisions = [e for e in events if e.actor == "policy"]
+    # A task that fans out pays for its children's decisions too (ids TASK_ID.V.KEY).
+    family = [
+        events,
+        *(store.events(t) for t in sorted(store.tasks()) if t.startswith(TASK_ID + ".")),
+    ]
+    # In the order they were taken (a child's decisions between its parent's).
+    decisions = sorted(
+        (e for es in family for e in es if e.actor == "policy"), key=lambda e: e.started_at
+    )
     result.steps = len(decisions)
     result.prompt_tokens = [e.usage.prompt for e in decisions if e.usage]
     result.completion_tokens = sum(e.usage.completion for e in decisions if e.usage)
@@ -425,7 +443,9 @@ def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResu
     result.repairs = sum(e.usage.repairs for e in decisions if e.usage)
     # An effect's attempts are in the runtime's event that settles it (the decision's
     # own event is the intent): count every attempted skill step, whoever recorded it.
-    attempted = [e for e in events if e.actor in {"policy", "runtime"} and e.attempts > 0]
+    attempted = [
+        e for es in family for e in es if e.actor in {"policy", "runtime"} and e.attempts > 0
+    ]
     result.retries = sum(e.attempts - 1 for e in attempted)
     result.step_seconds = round(
         sum((e.finished_at - e.started_at).total_seconds() for e in decisions), 6
@@ -439,8 +459,10 @@ def _measure(spec: TaskSpec, variant: Variant, seed: int, run: _Run) -> TaskResu
     if result.failure is None and failed:
         result.failure = f"check {failed[0].name} failed: {failed[0].detail}".strip()
     # The card keeps only the latest steps; the event log has every one.
-    committed = sum(1 for r in step_records(events) if r.action in {"call_skill", "finish"})
-    result.step_completion = min(1.0, committed / len(plan)) if plan else 0.0
+    committed = sum(
+        1 for es in family for r in step_records(es) if r.action in {"call_skill", "finish", "map"}
+    )
+    result.step_completion = min(1.0, committed / result.plan_steps) if plan else 0.0
     result.intermediate_validity = sum(1 for c in checks if c.ok) / len(checks) if checks else 0.0
     found = attribute(store, TASK_ID, expectations(env, variant), failure=result.failure)
     if found is not None:

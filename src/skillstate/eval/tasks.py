@@ -30,6 +30,7 @@ from skillstate.state.model import AgentState
 __all__ = [
     "GROUPS",
     "CheckResult",
+    "ChildTask",
     "Environment",
     "Family",
     "Group",
@@ -79,6 +80,28 @@ class CheckResult:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class ChildTask:
+    """One kind of child task of a fan-out family, as data the variants build agents from.
+
+    The child runs the variant's context (state view or history) over these skills; the
+    oracle follows :attr:`plan` in each child task.
+    """
+
+    state_type: type[AgentState]
+    machine: StateMachine
+    skills: SkillRegistry
+    tools: Mapping[str, Callable[..., Any]]
+    plan: Sequence[Action]
+    """The oracle's actions in each child task (the same for every child of the kind)."""
+    outputs: type[BaseModel] | None = None
+    """What the join validates each child's outputs against."""
+    goal: str = ""
+    constraints: tuple[str, ...] = ()
+    steps: int = 0
+    """Decisions all the children of this kind take under the reference plan."""
+
+
 @dataclass
 class Environment:
     """Everything a family builds for one run of one task."""
@@ -108,6 +131,14 @@ class Environment:
     """Tools that change the environment (write a file, update a row). Attribution in
     the raw-tools variants compares their calls, in order, with ``plan_tools``'s: the
     first decision whose effect differs from the reference one is the first bad step."""
+    children: Mapping[str, ChildTask] = field(default_factory=dict)
+    """Kinds of child task the skills variants' parent may spawn (fan-out), by name:
+    :mod:`skillstate.eval.children` builds each kind's agent for the run's variant."""
+
+    @property
+    def child_steps(self) -> int:
+        """Decisions the children of ``plan_skills`` take in all (plan length accounting)."""
+        return sum(kind.steps for kind in self.children.values())
 
 
 class Family(Protocol):

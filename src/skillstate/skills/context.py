@@ -25,8 +25,9 @@ from pydantic import BaseModel
 
 from skillstate._aio import resolve
 from skillstate.engine import trace
-from skillstate.errors import MemoryNotDeclared, ToolNotAllowed, UsageError
+from skillstate.errors import MemoryNotDeclared, SharedNotDeclared, ToolNotAllowed, UsageError
 from skillstate.events import ToolCall
+from skillstate.fanout.spec import SpawnRequest
 from skillstate.memory.facts import MemoryWrite, check_key
 from skillstate.state import fingerprint as fingerprints
 from skillstate.state.model import Evidence, Fingerprint
@@ -34,6 +35,7 @@ from skillstate.store.sealing import read_artifact, write_artifact
 
 if TYPE_CHECKING:
     from skillstate.control.gates import ToolGate
+    from skillstate.shared.access import Sharing
     from skillstate.state.redact import Redactor
     from skillstate.store.base import Store
 
@@ -132,6 +134,10 @@ class SkillContext:
         """The scopes the skill declares (``remembers``), each resolved for this task."""
         self.remembered: list[MemoryWrite] = []
         """What this attempt asked to remember: kept only if it verifies."""
+        self.spawned: list[SpawnRequest] = []
+        """The child tasks this attempt asked to spawn (``spawn``): only if it verifies."""
+        self.sharing: Sharing | None = None
+        """The shared records this attempt may read and write (set by the runtime)."""
 
     def bind_tools(self, tools: Mapping[str, Tool]) -> None:
         """Add tools built for this context (the runtime's per-task tools take it)."""
@@ -285,6 +291,36 @@ class SkillContext:
             raise UsageError(f"remember {key!r}: ttl must be a positive number of seconds")
         write = MemoryWrite(resolved, key, copy.deepcopy(value), seconds, artifact)
         self.remembered.append(write)
+
+    def spawn(
+        self,
+        child: str,
+        *,
+        key: str,
+        set: Mapping[str, Any] | None = None,  # the name Spawn(set=...) uses
+        goal: str | None = None,
+    ) -> None:
+        """Spawn a child task of a kind the agent declares (``Agent(children=...)``), as a
+        ``Spawn`` decision would (:mod:`skillstate.fanout`): committed with this step,
+        only if the attempt verifies; the task then waits for its children. Not
+        available to a skill with effects."""
+        self.spawned.append(SpawnRequest(child, key, copy.deepcopy(dict(set or {})), goal))
+
+    def shared(self, name: str) -> Any:
+        """The shared record ``name`` (a model of its declared schema) as this step's
+        decision saw it, or as this attempt last wrote it. See :mod:`skillstate.shared`."""
+        if self.sharing is None:
+            raise SharedNotDeclared(self.skill, name, (), writing=False)
+        return self.sharing.read(name)
+
+    def write_shared(self, name: str, value: Any) -> None:
+        """Replace shared record ``name`` (declared in the skill's ``shares``) with
+        ``value``: a model, a dict, or a function of the current value. Written only if
+        this attempt verifies, as a compare-and-set against the version the decision
+        saw: if another task wrote first the step is undone and decided again."""
+        if self.sharing is None:
+            raise SharedNotDeclared(self.skill, name, (), writing=True)
+        self.sharing.write(name, value)
 
     def _declared_scope(self, scope: str | None) -> str:
         """The declared template ``scope`` names (or the only one, for ``None``)."""

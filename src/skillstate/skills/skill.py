@@ -124,6 +124,7 @@ class SkillOptions(TypedDict, total=False):
     recheck: bool
     approval: bool | ApprovalFn[Any, Any]
     remembers: Sequence[str]
+    shares: Sequence[str]
 
 
 class Skill(Generic[S, P]):
@@ -156,6 +157,7 @@ class Skill(Generic[S, P]):
         recheck: bool = False,
         approval: bool | ApprovalFn[S, P] = False,
         remembers: Sequence[str] = (),
+        shares: Sequence[str] = (),
     ) -> None:
         self.name = name or run.__name__
         self.description = description or _first_line(run.__doc__) or self.name
@@ -216,6 +218,11 @@ class Skill(Generic[S, P]):
         """The cross-task memory scopes the skill may write (``ctx.remember``):
         ``agent:NAME``, ``team:NAME``, ``user:NAME``, a ``{field}`` of the card standing
         for the name (``user:{user}``). See :mod:`skillstate.memory`."""
+        if isinstance(shares, str):  # shares="case" would be a list of characters
+            raise UsageError(f"skill {self.name!r}: shares takes a list of record names")
+        self.shares = tuple(shares)
+        """The shared records the skill may write (``ctx.write_shared``), by the names the
+        agent declares in ``Agent(shared=...)``. See :mod:`skillstate.shared`."""
 
     # Decorator-style setters, like ``property.setter``:
     #   @record_priority.verifier

@@ -12,7 +12,9 @@ memory (other tasks) 15        least recently written first
 already tried        20        oldest first
 template plan hint   25        last entry first (the next one stays longest)
 completed steps      30        oldest first (they join "(N earlier)")
+shared records       35        last field first (the header stays)
 facts                40        oldest first
+children (fan-out)   45        oldest first
 typed fields         50        last declared first
 ===================  ========  ==========================================
 
@@ -60,7 +62,9 @@ PRIORITIES: dict[str, int] = {
     "tried": 20,
     "template": 25,  # a template's plan: a hint (issue 27), after failures, before steps
     "steps": 30,
+    "shared": 35,  # shared records (issue 28): after the steps, before the task's facts
     "facts": 40,
+    "children": 45,  # a parent's child tasks (issue 28): their results, before typed fields
     "fields": 50,
 }
 """The default priority of each kind of hideable line (higher stays longer)."""

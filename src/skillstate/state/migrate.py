@@ -373,6 +373,15 @@ def _base_6_to_7(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _base_7_to_8(doc: dict[str, Any]) -> dict[str, Any]:
+    """Fan-out (issue 28): each feature adds its fields' defaults here."""
+    doc.setdefault("parent", None)  # a card from before fan-out is a root task
+    doc.setdefault("children", [])
+    doc.setdefault("shared_snapshots", [])  # shared records (issue 28)
+    doc.setdefault("shared_pending", [])
+    return doc
+
+
 def _step_paths(doc: dict[str, Any]) -> None:
     """Transitive staleness (issue 26): an older record that kept an ``undo`` (a
     fingerprinted step) wrote that undo's paths; its ``reads`` stay unknown (it depends
@@ -392,6 +401,7 @@ BASE_MIGRATIONS: dict[int, MigrationFn] = {
     4: _base_4_to_5,
     5: _base_5_to_6,
     6: _base_6_to_7,
+    7: _base_7_to_8,
 }
 """Migrations of the base card, by the ``card_version`` they start from."""
 

@@ -33,9 +33,12 @@ from typing_extensions import Self
 from skillstate._validation import first_error
 from skillstate.errors import StateError
 from skillstate.memory.facts import Recalled, Remembered
+from skillstate.shared.records import SharedSnapshot, SharedWrite
 from skillstate.state.migrate import check_migrations
 from skillstate.state.records import (
     Cancelling,
+    ChildRecord,
+    ChildStatus,
     Compensation,
     Decision,
     Driver,
@@ -45,6 +48,7 @@ from skillstate.state.records import (
     FailedAttempt,
     Fingerprint,
     Intent,
+    ParentLink,
     Received,
     Rejected,
     SkillInstructions,
@@ -63,6 +67,8 @@ __all__ = [
     "PROTECTED_FIELDS",
     "AgentState",
     "Cancelling",
+    "ChildRecord",
+    "ChildStatus",
     "Compensation",
     "Decision",
     "Driver",
@@ -72,6 +78,7 @@ __all__ = [
     "FailedAttempt",
     "Fingerprint",
     "Intent",
+    "ParentLink",
     "Received",
     "Rejected",
     "SkillInstructions",
@@ -85,7 +92,7 @@ __all__ = [
 ]
 
 
-CARD_VERSION = 7
+CARD_VERSION = 8
 """The base card's own format. 2 added ``steps_taken``, ``tried``, ``no_progress``,
 ``compensations``, ``effect_generations``, ``StepRecord.undo`` and
 ``ErrorEntry.permanent``; 3 turned the one-slot ``inbox`` into ``inputs`` (a queue of
@@ -93,7 +100,8 @@ numbered replies) and ``inputs_received``; 4 added ``replies_ahead``; 5 (long-ru
 control, issue 25) added ``wait``, ``signals``, ``pending_approval``, ``messages``,
 ``inbox_seen`` and ``cancelling``; 6 (definitions that evolve, issue 26) added
 the fields listed in :func:`skillstate.state.migrate._base_5_to_6`; 7 (learning from
-finished work, issue 27) those in :func:`skillstate.state.migrate._base_6_to_7`."""
+finished work, issue 27) those in :func:`skillstate.state.migrate._base_6_to_7`; 8
+(fan-out, issue 28) those in :func:`skillstate.state.migrate._base_7_to_8`."""
 
 #: Fields only the runtime writes. A skill that declares one of these in
 #: ``outputs`` is refused at definition time.
@@ -129,6 +137,8 @@ PROTECTED_FIELDS = frozenset(
         "recalled",  # cross-task memory (issue 27)
         "recalled_from",
         "memory_outbox",
+        "shared_snapshots",  # shared records (issue 28)
+        "shared_pending",
         "no_progress",
         "usage",
         "driver",
@@ -136,6 +146,8 @@ PROTECTED_FIELDS = frozenset(
         "definition",
         "carried_patches",
         "template",  # templates from finished tasks (issue 27)
+        "parent",  # fan-out (issue 28)
+        "children",
         "version",
         "schema_version",
         "card_version",
@@ -260,10 +272,22 @@ class AgentState(BaseModel):
     runtime replaces them before a decision when the memory changed."""
     recalled_from: dict[str, int] = Field(default_factory=dict)
     """The version of each memory scope's record :attr:`recalled` was read at."""
+    parent: ParentLink | None = None
+    """The task that spawned this one (:mod:`skillstate.fanout`); ``None`` for a root."""
+    children: tuple[ChildRecord, ...] = ()
+    """The child tasks this task spawned, oldest first, and how each ended once joined."""
     memory_outbox: tuple[Remembered, ...] = ()
     """Memory writes of a verified step, committed with it and written to their scopes
     right after; non-empty on a head only if a crash came in between (the runtime
     flushes it before anything else, exactly once)."""
+    shared_snapshots: tuple[SharedSnapshot, ...] = ()
+    """The shared records the agent declares (``Agent(shared=...)``) as this task's views
+    show them, each with the version read: what a write is compared against
+    (:mod:`skillstate.shared`). Refreshed before a decision when a record moved."""
+    shared_pending: tuple[SharedWrite, ...] = ()
+    """A verified step's write to a shared record, committed with the step and written
+    right after; non-empty on a head only if a crash came in between (the runtime
+    settles it first, exactly once)."""
     no_progress: int = 0
     """Decisions in a row that changed nothing but bookkeeping (the stall guard's count)."""
     usage: UsageTotals = Field(default_factory=UsageTotals)

@@ -53,6 +53,9 @@ class TaskStatus(str, Enum):
     CANCELLED = "cancelled"
     """Stopped between two steps by a person (``skillstate cancel``); the reason and who
     asked are in the event that cancelled it. Terminal, like ``completed`` and ``failed``."""
+    WAITING_CHILDREN = "waiting_children"
+    """Waiting for the child tasks it spawned to end (the card's ``children``,
+    :mod:`skillstate.fanout`); the join moves it on, once, when the last one has."""
 
     @property
     def is_terminal(self) -> bool:
@@ -274,6 +277,7 @@ ErrorKind = Literal[
     "dead_letter",
     "approval_rejected",
     "wait_timeout",
+    "shared_conflict",
 ]
 """What went wrong, as a typed tag: a policy (or mypy) can tell the kinds apart."""
 
@@ -342,6 +346,48 @@ class Wait(_Record):
     reason: str = ""
     on_timeout: str | None = None
     """The machine step a timed-out signal wait goes to; ``None``: the task fails."""
+
+
+class ParentLink(_Record):
+    """A child task's link to the task that spawned it (:mod:`skillstate.fanout`)."""
+
+    task_id: str
+    """The parent task."""
+    version: int
+    """The parent's version that recorded the spawn."""
+    name: str
+    """The child kind, as the parent's agent declares it (``Agent(children={name: ...})``)."""
+    key: str
+    """This child's key among the siblings of one spawn."""
+    depth: int = 1
+    """How deep in the tree: 1 for a child of a root task."""
+
+
+ChildStatus = Literal["pending", "completed", "failed", "cancelled", "detached"]
+"""How a child stands in its parent's card: ``pending`` until the join reads its end."""
+
+
+class ChildRecord(_Record):
+    """One child task a task spawned and, after the join, how it ended."""
+
+    task_id: str
+    name: str
+    """The child kind (``Agent(children={name: ...})``)."""
+    key: str
+    version: int
+    """The parent's version that spawned it."""
+    status: ChildStatus = "pending"
+    summary: str = ""
+    """The child's last decision or failure, one line (filled at the join)."""
+    outputs: dict[str, Any] | None = None
+    """The child's outputs, validated against the kind's declared model at the join."""
+    error: str | None = None
+    """Why a child counts as failed (its own failure, or outputs that did not validate)."""
+    fields: dict[str, Any] | None = None
+    """The fields the spawn sets on the child's card, kept until the join so that a
+    child a crash left uncreated is created the same (:mod:`skillstate.fanout`)."""
+    goal: str | None = None
+    """The goal the spawn gives the child (``None``: its agent's own)."""
 
 
 class Received(_Record):

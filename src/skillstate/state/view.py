@@ -92,6 +92,9 @@ class View(Generic[S_co]):
     signals: Mapping[str, type[BaseModel]] = field(default_factory=dict)
     """The signals the agent declares, by name, with their payload schemas: ``wait_for``
     is offered for these, and :meth:`signal` reads a received one typed."""
+    child_kinds: tuple[str, ...] = ()
+    """The kinds of child task the agent declares (``Agent(children=...)``): ``spawn``
+    and ``map`` are offered for these (:mod:`skillstate.fanout`)."""
     transcript: Callable[[], list[Message]] | None = field(default=None, compare=False)
     """The task's conversation so far, as a history-driven agent would hold it (every
     user message, decision and full tool output). Set by the runtime; rebuilt from
@@ -279,6 +282,7 @@ class View(Generic[S_co]):
             can_wait=self.can_wait,
             signals=tuple(self.signals),
             evidence=self.evidence_refs,
+            children=self.child_kinds,
         )
 
 
@@ -296,6 +300,7 @@ def render_view(
     can_wait: bool = False,
     signals: Mapping[str, type[BaseModel]] | None = None,
     choose: Choose | None = None,
+    child_kinds: Sequence[str] = (),
 ) -> View[S]:
     """The :class:`View` of ``state``; its text is rendered (trimmed to ``budget``
     tokens if given) when first read. With ``bind``, params bound from the state
@@ -350,6 +355,7 @@ def render_view(
         can_ask=can_ask,
         can_wait=can_wait,
         signals=dict(signals or {}),
+        child_kinds=tuple(child_kinds),
         budget=budget,
         render=render,
         catalog=catalog,

@@ -12,7 +12,9 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from skillstate.fanout.view import children_lines, children_section
 from skillstate.memory.view import memory_section, recalled_lines
+from skillstate.shared.view import SharedLine, shared_lines, shared_section
 from skillstate.skills.binding import BoundParams, FromState, OneOf, bindings
 from skillstate.state.budget import PRIORITIES, Fitted, Hideable, field_priorities, fit
 from skillstate.state.model import AgentState, StepRecord, UserMessage
@@ -116,7 +118,9 @@ def trimmed(
     calls = [_call_line(s, decisions[s.name]) for s in applicable]
     rejected = _rejected_lines(state, applicable)  # digests computed once, not per re-render
     recalled = recalled_lines(state, value_chars)  # cross-task memory (issue 27)
+    shared = shared_lines(state, value_chars)  # shared records (issue 28)
     hint = _template_lines(state)
+    kids = children_lines(state, value_chars)  # fan-out (issue 28)
 
     def build(hidden: Collection[tuple[str, int]]) -> str:
         def kept(group: str, items: Sequence[T]) -> list[T]:
@@ -130,6 +134,7 @@ def trimmed(
             "fields": sum(not f.fact for f in fields) - sum(not f.fact for f in shown),
             "template": len(hint[1]) - len(kept("template", hint[1])),
             "memory": len(recalled) - len(kept("memory", recalled)),
+            "children": len(kids) - len(kept("children", kids)),
         }
         return _render(
             state,
@@ -147,6 +152,8 @@ def trimmed(
             value_chars=value_chars,
             template=(hint[0], kept("template", hint[1])),
             memory=kept("memory", recalled),
+            children=kept("children", kids),
+            shared=kept("shared", shared),
         )
 
     if budget is None:
@@ -161,6 +168,14 @@ def trimmed(
     items += [
         Hideable("memory", i, PRIORITIES["memory"], -i, line, "memory")
         for i, line in enumerate(recalled)
+    ]
+    items += [  # shared records (issue 28): the last field of a record goes first
+        Hideable("shared", i, PRIORITIES["shared"], -i, s.text, "shared")
+        for i, s in enumerate(shared)
+    ]
+    items += [  # a parent's children (issue 28): the oldest go first
+        Hideable("children", i, PRIORITIES["children"], i, line, "children")
+        for i, line in enumerate(kids)
     ]
     fitted: Fitted = fit(build, items, budget)
     return Rendered(fitted.text, fitted.tokens, fitted.dropped, fitted.overrun)
@@ -214,6 +229,8 @@ def _render(
     value_chars: int = VALUE_CHARS,
     template: tuple[str, Sequence[str]] | None = None,
     memory: Sequence[str] | None = None,
+    children: Sequence[str] | None = None,
+    shared: Sequence[SharedLine] | None = None,
 ) -> str:
     """The view's text; ``hidden`` counts what the budget hid, by kind (a marker each)."""
     hidden = hidden or {}
@@ -237,6 +254,9 @@ def _render(
     lines += _facts_lines(fields, hidden)
     recalled = memory if memory is not None else recalled_lines(state, value_chars)
     lines += memory_section(recalled, hidden.get("memory", 0))
+    kids = children if children is not None else children_lines(state, value_chars)
+    lines += children_section(kids, hidden.get("children", 0))
+    lines += shared_section(state, shared_lines(state, value_chars), shared)
     if state.last_decision:
         d = state.last_decision
         target = f" {d.target}" if d.target else ""

@@ -154,6 +154,9 @@ class HeadInfo:
     """The deadline of the card's ``wait`` (UTC) while the task waits for a time or a
     signal with a timeout (:mod:`skillstate.control.waits`); ``None`` otherwise, or when
     the stored value does not read as a time."""
+    parent: str | None = None
+    """The card's ``parent.task_id``: the task that spawned this one (fan-out,
+    :mod:`skillstate.fanout`); ``None`` for a root task or a head that does not read."""
     problem: str | None = None
     """Why the head record does not read (not JSON, not an object, no version...): one
     line. ``None`` when it reads."""

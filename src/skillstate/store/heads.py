@@ -28,6 +28,7 @@ SUMMARY_PATHS = (
     "usage.prompt",
     "usage.completion",
     "wait.deadline",
+    "parent.task_id",
 )
 """The card values :meth:`Store.heads` reports (dotted paths), in the order backends
 extract them."""
@@ -89,6 +90,7 @@ def head_info(
     status, step, agent = (summary_field(v) for v in values[:3])
     steps, prompt, completion = (_count(v) for v in values[3:6])
     wait_until = _moment(values[6]) if len(values) > 6 else None
+    parent = values[7] if len(values) > 7 and isinstance(values[7], str) else None
     return HeadInfo(
         task_id=task_id,
         version=number,
@@ -100,6 +102,7 @@ def head_info(
         tokens=None if prompt is None and completion is None else (prompt or 0) + (completion or 0),
         lease=held,
         wait_until=wait_until,
+        parent=parent,
         problem=_one_line(problem),
         lease_problem=_one_line(lease_problem),
     )

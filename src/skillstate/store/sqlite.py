@@ -212,7 +212,7 @@ _HEADS = """
                     WHEN json_type(t.head) IS NOT 'object' THEN NULL
                     ELSE json_extract(t.head, '$.status', '$.current_step', '$.agent',
                                       '$.steps_taken', '$.usage.prompt', '$.usage.completion',
-                                      '$.wait.deadline')
+                                      '$.wait.deadline', '$.parent.task_id')
                END AS summary,
                l.task_id IS NOT NULL AS has_lease, l.worker, l.expires_at, l.generation
         FROM tasks t LEFT JOIN leases l ON l.task_id = t.task_id

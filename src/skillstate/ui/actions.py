@@ -69,7 +69,7 @@ NO_TOKEN = (
 )
 FIELDS: dict[str, frozenset[str]] = {
     "reply": frozenset({"text", "into"}),
-    "rollback": frozenset({"to", "effects"}),
+    "rollback": frozenset({"to", "effects", "children"}),
     "fork": frozenset({"at", "new_id", "effects"}),
     "set": frozenset({"assignments", "force"}),
     "approve": frozenset({"edits", "reason", "actor"}),
@@ -218,19 +218,34 @@ def _write_then_run(
 
 
 def rollback(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -> str:
-    """``skillstate rollback ID --to V [--compensate | --keep-effects]``."""
+    """``skillstate rollback ID --to V [--compensate | --keep-effects] [--children C]``."""
+    from skillstate.cli.repair import children_choice
+    from skillstate.engine.family import CHILDREN_CHOICES
     from skillstate.engine.rewind import rollback_task
     from skillstate.engine.runtime import Runtime
 
     to = body.whole(fields, "to")
     choice = _effects(fields)
+    children = children_choice(body.choice(fields, "children", CHILDREN_CHOICES, "refuse"))
     agent = _agent(source, task_id) if choice == "compensate" else None
-    version = rollback_task(source.store, task_id, to, effects=choice, agent=agent)
+    version = rollback_task(
+        source.store, task_id, to, effects=choice, agent=agent, children=children
+    )
     note = ""
     if agent is not None:
         undone = Runtime(agent, source.store).compensate(task_id)
         note = f"; {undone} effect(s) undone" if undone else ""
+    note += _children_said(source, task_id, version)
     return f"rolled back to version {to} as version {version}{note}"
+
+
+def _children_said(source: Source, task_id: str, version: int) -> str:
+    """What a rollback or fork did to child tasks, as its event records it."""
+    from skillstate.cli.tree import family_lines
+
+    events = source.store.events(task_id, since=version - 1)
+    said = family_lines(events[0].action) if events else []
+    return "".join(f"; {line}" for line in said)
 
 
 def fork(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -> str:
@@ -242,7 +257,7 @@ def fork(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -
     agent = _agent(source, task_id)
     new_id = _new_task_id(agent, body.text(fields, "new_id").strip())
     fork_task(source.store, agent, task_id, at, new_id, effects=_effects(fields))
-    return f"task {new_id} starts from version {at}"
+    return f"task {new_id} starts from version {at}{_children_said(source, new_id, 1)}"
 
 
 def set_(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]) -> str:

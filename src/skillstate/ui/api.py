@@ -2,7 +2,8 @@
 
 =================================  ==================================================
 ``GET /api/tasks``                 the task list (``status``, ``agent``, ``q``, ``sort``,
-                                   ``page``, ``size``: at most 200 rows a page)
+                                   ``page``, ``size``: at most 200 rows a page;
+                                   ``tree=1``: children under their parents)
 ``GET /api/tasks/{id}``            the head's card, a page of the timeline, first bad step
 ``GET /api/head/{id}``             version, status and step (what a live page polls)
 ``GET /api/steps/{v}/{id}``        one step: its row and its diff (patch, before/after)
@@ -57,6 +58,7 @@ def tasks(request: Request) -> JSONResponse:
         page=page_param(request) or 1,
         size=size_param(request, ui.config.page_size),
         sort=query.get("sort") or "updated",
+        tree=bool(query.get("tree")),
     )
     return JSONResponse({"store": shown_path(ui.store.url), **dataclasses.asdict(found)})
 

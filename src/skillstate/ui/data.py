@@ -49,8 +49,8 @@ __all__ = [
 PAGE_SIZE = 50
 """Tasks per page of the task list."""
 WAITING_ANY = "waiting-any"
-"""The task list's status filter for every task waiting on a person or the world
-(``waiting_user``, ``waiting_approval``, ``waiting``)."""
+"""The task list's status filter for every task waiting on a person, the world or its
+children (``waiting_user``, ``waiting_approval``, ``waiting``, ``waiting_children``)."""
 ARTIFACT_CHARS = 200_000
 """An artifact page shows at most this much of the output (the rest is cut, and says so)."""
 _REF = re.compile(r"sha256:[0-9a-f]{64}")
@@ -89,13 +89,16 @@ def list_tasks(
     page: int = 1,
     size: int = PAGE_SIZE,
     sort: str = "updated",
+    tree: bool = False,
 ) -> TaskPage:
     """The store's tasks from one :meth:`Store.heads` read: filtered, sorted, one page.
 
     ``query`` matches task ids by substring (case-insensitive); ``sort`` is
     ``updated`` (latest first), ``waited`` (the longest unchanged first: the tasks
     that have waited longest) or ``id``. ``status`` :data:`WAITING_ANY` keeps the tasks
-    waiting on a person or the world (as ``skillstate tasks --waiting``).
+    waiting on a person or the world (as ``skillstate tasks --waiting``). With ``tree``,
+    child tasks follow their parents (:func:`skillstate.ui.tree.tree_page`: a page
+    holds ``size`` roots).
     """
     from skillstate.cli.listing import WAITING, _status
 
@@ -119,6 +122,11 @@ def list_tasks(
     page = min(max(page, 1), pages)
     now = datetime.now(timezone.utc)
     shown = [_row(head, now) for head in rows[(page - 1) * size : page * size]]
+    if tree:
+        from skillstate.ui.tree import tree_page
+
+        listed = [head for head in heads if not is_reserved(head.task_id)]
+        shown, page, pages = tree_page(listed, rows, page, size, lambda h: _row(h, now))
     return TaskPage(
         rows=shown,
         total=len(rows),

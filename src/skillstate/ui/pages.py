@@ -40,8 +40,10 @@ def tasks_page(request: Request) -> Response:
         page=page_param(request) or 1,
         size=size_param(request, ui.config.page_size),
         sort=query.get("sort") or "updated",
+        tree=bool(query.get("tree")),
     )
-    keep = {k: v for k, v in query.items() if k in {"status", "agent", "q", "sort", "size"} and v}
+    kept = {"status", "agent", "q", "sort", "size", "tree"}
+    keep = {k: v for k, v in query.items() if k in kept and v}
     return render(request, "tasks.html", found=found, filters=keep)
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from skillstate.errors import StateCorrupted, StoreError, UsageError
 from skillstate.ui.data import StepRow, TaskAccess, access, first_bad, step_rows
 from skillstate.ui.masking import without_paths
+from skillstate.ui.tree import family_view
 
 if TYPE_CHECKING:
     from skillstate.engine.replay import Attribution
@@ -71,6 +72,8 @@ class TaskView:
     wait: dict[str, Any] | None = None
     """What a ``waiting`` task waits for: kind (``until``/``signal``), signal, deadline
     (ISO UTC), reason and the step a timeout goes to."""
+    family: dict[str, Any] | None = None
+    """Its parent link and children tree (:func:`skillstate.ui.tree.family_view`)."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +95,7 @@ class TaskView:
             "question": self.question,
             "approval": self.approval,
             "wait": self.wait,
+            "family": self.family,
         }
 
 
@@ -152,6 +156,7 @@ def task_view(
         question=question if isinstance(question, str) else None,
         approval=_approval(card.get("pending_approval")),
         wait=_wait(card.get("wait")),
+        family=family_view(source.store, head.state, masker),
     )
 
 

@@ -27,6 +27,10 @@ Who is responsible for a task is decided by the store alone:
 
 Should a bug strand a task anyway (running, no lease, no message),
 :mod:`skillstate.workers.sweep` finds it and sends it a message.
+
+Child tasks (fan-out) add three messages: a parent's slice that stops
+``waiting_children`` sends one to each child, an ended child wakes its parent, and a
+parent whose children all ended is never stale (:mod:`skillstate.workers.children`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import os
 import socket
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -56,6 +60,7 @@ from skillstate.errors import (
 )
 from skillstate.state.model import TaskStatus
 from skillstate.store.base import Lease, Store
+from skillstate.workers.children import WAITING_CHILDREN, dispatch, follow_up, ready_to_join
 from skillstate.workers.crashes import crash_note, dead_letter, reason_to_fail
 from skillstate.workers.routing import definition_queue
 from skillstate.workers.settings import Message, WorkerSettings
@@ -72,6 +77,7 @@ OutcomeKind = Literal[
     "waiting_user",
     "waiting_approval",
     "waiting",
+    "waiting_children",
     "budget",
     "stalled",
     "requeued",
@@ -142,7 +148,13 @@ class Advancer:
         self._agents: dict[str, Agent[Any]] = {}
 
     def advance(self, message: Message, enqueue: Enqueue) -> Outcome:
-        """Judge ``message`` against the store and, if it is responsible, run a slice."""
+        """Judge ``message`` against the store and, if it is responsible, run a slice;
+        then send the wake a fan-out is due, if any (:func:`children.follow_up`)."""
+        outcome = self._advance(message, enqueue)
+        woke = follow_up(self.store, message, outcome.kind, enqueue)
+        return replace(outcome, detail=outcome.detail + woke) if woke else outcome
+
+    def _advance(self, message: Message, enqueue: Enqueue) -> Outcome:
         try:
             head = self.store.load(message.task_id, verify=False)
         except TaskNotFound:
@@ -172,6 +184,7 @@ class Advancer:
             self.store,
             worker=worker_name(message.message_id),
             lease_ttl=self.settings.lease_ttl,
+            children="dispatch",  # children are tasks of their own, on any worker
         )
         try:
             with self._hold(runtime, message, handover):
@@ -191,9 +204,12 @@ class Advancer:
         return outcome
 
     def _posted(self, head: dict[str, Any]) -> bool:
-        """A send or cancel waits in the task's inbox: a message for it is not stale."""
+        """A send or cancel waits in the task's inbox, or its children all ended and the
+        join is due: a message for it is not stale."""
         task_id = head.get("task_id")
-        return isinstance(task_id, str) and has_unread(self.store, task_id, head)
+        if not isinstance(task_id, str):
+            return False
+        return has_unread(self.store, task_id, head) or ready_to_join(self.store, head)
 
     # ------------------------------------------------------------------ internals
 
@@ -250,6 +266,10 @@ class Advancer:
             return self._other_definition(runtime, message, exc, enqueue)
         if result.stopped == "waiting":
             return self._requeue_wait(runtime, message, result, enqueue)
+        if result.stopped == WAITING_CHILDREN:  # sent under the lease: never nobody's
+            sent, _ = dispatch(self.store, task_id, message.queue, enqueue)
+            detail = f"{sent} child message(s) sent"
+            return Outcome("waiting_children", result.state.version, result.steps, detail)
         if result.stopped != "max_steps":
             return Outcome(result.stopped, result.state.version, result.steps)
         version = result.state.version
@@ -326,10 +346,13 @@ class Advancer:
     def allows(self, ref: str | None) -> bool:
         """Whether this worker may import the agent ``ref`` (a task's card names it)."""
         from skillstate.config import allowed_agents, load_config
+        from skillstate.fanout.spec import CHILD_REF
 
         if self._allowed is None:
             self._allowed = allowed_agents(load_config()) | self.settings.agents
-        return ref is not None and ref in self._allowed
+        # A child kind with no reference of its own is imported through its parent's
+        # (``parent#children.kind``, skillstate.fanout): the parent's is what is allowed.
+        return ref is not None and ref.partition(CHILD_REF)[0] in self._allowed
 
     def _agent(self, ref: object) -> Agent[Any]:
         """The task's agent, imported only if the operator allowed its reference."""
@@ -361,5 +384,7 @@ _IDLE = frozenset(
 """Statuses no message has anything to do for (a reply, an approval or a rejection
 enqueues a new message)."""
 
-_AT_REST = frozenset({"waiting_user", "waiting_approval", "waiting", "budget", "stalled"})
+_AT_REST = frozenset(
+    {"waiting_user", "waiting_approval", "waiting", "waiting_children", "budget", "stalled"}
+)
 """Outcomes after which the task sits with no message of its own in flight."""

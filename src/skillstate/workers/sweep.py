@@ -7,8 +7,10 @@ and **no commit for longer than a threshold** looks like nobody's: a bug dropped
 its last message. So does a ``waiting`` task (:mod:`skillstate.control.waits`) whose
 deadline passed longer than the threshold ago: its requeued message should have woken
 it by then. A task waiting before its deadline, or for a signal without a timeout, is
-never stranded. The sweeper sends it a message, judged against the store like any
-other:
+never stranded. Nor is a ``waiting_children`` parent (:mod:`skillstate.workers.children`)
+until every child it waits on has ended: with no live lease, and its last child ended
+longer than the threshold ago, the child's wake was lost. The sweeper sends it a
+message, judged against the store like any other:
 
 * with **no lease**, the sweeper first claims the task under its own name
   (``sweeper@host:s<token>``, for as long as the threshold), checks under that lease
@@ -42,6 +44,7 @@ from typing import Any
 from skillstate.engine.lease import is_dead_local_worker
 from skillstate.errors import LeaseHeld, TaskNotFound
 from skillstate.store.base import HeadInfo, Store
+from skillstate.workers.children import ENDED, WAITING_CHILDREN, ended_at
 from skillstate.workers.settings import Message
 
 __all__ = ["SWEEPER", "Stranded", "Sweeper", "requeue_stranded", "rescue", "stranded"]
@@ -59,6 +62,8 @@ _OWNED = frozenset({"running", "created"})
 person: a reply, an approval; never requeued)."""
 _WAITING = "waiting"
 """Waiting for a time or a signal: a message is responsible once the deadline passed."""
+_RESCUED = _OWNED | {_WAITING, WAITING_CHILDREN}
+"""Statuses a sweeper's message may be sent for (checked again under its lease)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,8 @@ class Stranded:
 
     def describe(self) -> str:
         lease = f"lease of {self.holder} dead" if self.holder else "no lease"
+        if self.status == WAITING_CHILDREN:
+            return f"{self.status}, v{self.version}, {lease}, children ended {self.idle:.0f}s ago"
         if self.status == _WAITING:
             return f"{self.status}, v{self.version}, {lease}, deadline {self.idle:.0f}s ago"
         return f"{self.status}, v{self.version}, {lease}, no commit for {self.idle:.0f}s"
@@ -93,9 +100,13 @@ class Stranded:
 
 def stranded(store: Store, older_than: float, *, now: datetime | None = None) -> list[Stranded]:
     """Every ``running`` or ``created`` task with no live lease and no commit for
-    ``older_than`` seconds (one :meth:`Store.heads` pass)."""
+    ``older_than`` seconds (one :meth:`Store.heads` pass), every ``waiting`` one past
+    its deadline by as much, and every ``waiting_children`` parent whose children ended
+    as long ago."""
     now = now or datetime.now(timezone.utc)
-    return [found for head in store.heads() if (found := _stranded(head, older_than, now))]
+    heads = store.heads()
+    found = [found for head in heads if (found := _stranded(head, older_than, now))]
+    return found + _parents(store, heads, older_than, now)
 
 
 def _stranded(head: HeadInfo, older_than: float, now: datetime) -> Stranded | None:
@@ -112,11 +123,45 @@ def _stranded(head: HeadInfo, older_than: float, now: datetime) -> Stranded | No
         return None
     if idle < older_than:
         return None
-    lease = head.lease
-    if lease is not None and lease.expires_at > now and not is_dead_local_worker(lease.worker):
+    if _live(head, now):
         return None
-    holder = lease.worker if lease is not None else None
+    holder = head.lease.worker if head.lease is not None else None
     return Stranded(head.task_id, head.version, str(head.status), idle, holder, head.agent)
+
+
+def _live(head: HeadInfo, now: datetime) -> bool:
+    lease = head.lease
+    return lease is not None and lease.expires_at > now and not is_dead_local_worker(lease.worker)
+
+
+def _parents(
+    store: Store, heads: list[HeadInfo], older_than: float, now: datetime
+) -> list[Stranded]:
+    """``waiting_children`` parents with no live lease whose children all ended
+    ``older_than`` seconds ago or more: one card read per such parent, none for a
+    parent with a child the heads show unfinished."""
+    by_id = {head.task_id: head for head in heads}
+    busy = {head.parent for head in heads if head.parent and head.status not in ENDED}
+    found = []
+    for head in heads:
+        if head.status != WAITING_CHILDREN or head.task_id in busy or _live(head, now):
+            continue
+        if head.problem or head.lease_problem or head.version is None or head.updated_at is None:
+            continue
+        try:
+            card = store.load(head.task_id, verify=False).state
+        except TaskNotFound:
+            continue
+        ended = ended_at(card, by_id)
+        if ended is None:
+            continue
+        idle = (now - max(head.updated_at, ended)).total_seconds()
+        if idle >= older_than:
+            holder = head.lease.worker if head.lease is not None else None
+            found.append(
+                Stranded(head.task_id, head.version, WAITING_CHILDREN, idle, holder, head.agent)
+            )
+    return found
 
 
 def requeue_stranded(
@@ -161,7 +206,7 @@ def rescue(
         return False
     try:
         head = store.load(task.task_id, verify=False)
-        if head.version != task.version or head.state.get("status") not in _OWNED | {_WAITING}:
+        if head.version != task.version or head.state.get("status") not in _RESCUED:
             store.release(task.task_id, name)
             return False
         send(Message(task.task_id, task.version, queue=queue, after=name))

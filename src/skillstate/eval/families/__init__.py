@@ -26,6 +26,7 @@ BUILTIN: dict[str, str] = {
     "orders": "skillstate.eval.families.orders:OrdersFamily",
     "fix_syntax": "skillstate.eval.families.fix_syntax:FixSyntaxFamily",
     "sales": "skillstate.eval.families.sales:SalesFamily",
+    "channels": "skillstate.eval.families.channels:ChannelsFamily",
 }
 """Built-in family name -> ``module:class``."""
 
