@@ -180,15 +180,21 @@ def print_state(state: AgentState) -> None:
 
 def print_events(events: Sequence[Event]) -> None:
     table = Table(title="events")
-    for col in ("v", "actor", "action", "verdict", "tokens in/out", "diff"):
-        table.add_column(col)
+    # Who and why (skillstate.audit): a column only when some event records them.
+    audited = any(e.by or e.reason for e in events)
+    for col in ("v", "actor", "by / why" if audited else "", "action", "verdict", "tokens in/out"):
+        if col:
+            table.add_column(col)
+    table.add_column("diff")
     for e in events:
         verdict = (
             "-" if e.verdict is None else ("ok" if e.verdict.ok else f"failed: {e.verdict.reason}")
         )
+        who = [(e.by or "-") + (f"\n{e.reason}" if e.reason else "")] if audited else []
         cells = (
             str(e.version),
             e.actor,
+            *who,
             _label(e),
             verdict,
             _tokens_cell(e),

@@ -48,7 +48,7 @@ BUILTIN_AGENTS = frozenset(
 
 ENTRY_POINT_GROUP = "skillstate.agents"
 
-_KEYS = {"store", "agents", "model", "base_url"}
+_KEYS = {"store", "agents", "model", "base_url", "alerts", "spot_checks"}
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,16 @@ that callers (and the CLI's exit codes) can tell them apart::
     │   ├── InvariantBroken         a hand edit would break one of the agent's invariants
     │   ├── BaselineMismatch        an eval baseline from another suite, model, variant
     │   │                           set or task list (``eval --compare``)
-    │   └── TemplateMismatch        a template's plan uses skills the agent does not have
+    │   ├── TemplateMismatch        a template's plan uses skills the agent does not have
+    │   └── ArchiveRefused          an export file that is damaged, truncated or not one
     ├── StoreError                  a backend failed; driver errors are wrapped here
     │   ├── Conflict                another writer or worker got there first (exit 3)
     │   │   ├── StaleState          compare-and-set lost: someone committed first
     │   │   ├── LeaseHeld           another live worker holds the task
     │   │   ├── LeaseLost           this worker's lease was taken over (fencing token stale)
     │   │   ├── ApprovalNotPending  approve/reject of a task with no pending approval (decided)
-    │   │   └── ChildConflict       a child task's id is taken by a task with another parent
+    │   │   ├── ChildConflict       a child task's id is taken by a task with another parent
+    │   │   └── TaskExists          a restore (import, copy) met a task with that id
     │   ├── StoreUnavailable        the database or server cannot be reached (exit 7)
     │   ├── StateCorrupted          a stored record does not load or validate (exit 5)
     │   └── ArtifactNotFound        no artifact under that ref
@@ -184,6 +186,11 @@ class TemplateMismatch(UsageError):
     was distilled from another agent, or the skills were removed or renamed since)."""
 
 
+class ArchiveRefused(UsageError):
+    """``skillstate import``: the file is not a whole, unchanged export this version
+    reads (corrupted, truncated, another format or a newer one). Nothing was written."""
+
+
 class StoreError(SkillstateError):
     """A storage backend failed."""
 
@@ -195,6 +202,12 @@ class Conflict(StoreError):
 class ChildConflict(Conflict):
     """A child's id (``PARENT.VERSION.KEY``) is already a task that another parent (or
     none) spawned: the spawn cannot be joined (:mod:`skillstate.fanout`)."""
+
+
+class TaskExists(Conflict):
+    """A restore (``import``, ``copy``) found a task with that id already in the store.
+
+    Nothing was written; restore under another id, or overwrite it on purpose."""
 
 
 class StaleState(Conflict):

@@ -144,6 +144,13 @@ class Event(_Record):
     candidates: tuple[Candidate, ...] | None = None
     """The skills the decision was offered and their scores, when the agent retrieves
     its skills (``Agent(retriever=...)``); ``None`` otherwise."""
+    by: str | None = None
+    """Who made a person's commit (``actor`` human or user): ``--actor``,
+    ``$SKILLSTATE_ACTOR``, the OS user, or the inspector token's name
+    (:mod:`skillstate.audit`); ``None`` for the runtime's own, and in events written
+    before identities were recorded."""
+    reason: str | None = None
+    """Why, as that person said it (``--reason``); ``None`` when nobody said."""
     started_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime = Field(default_factory=utcnow)
 

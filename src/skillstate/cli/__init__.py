@@ -62,6 +62,10 @@ for _group in (
     "distill",
     "memory",
     "shared",
+    "alerts",
+    "spotchecks",
+    "portable",
+    "lifecycle",
     "ui",
 ):
     importlib.import_module(f"skillstate.cli.{_group}")

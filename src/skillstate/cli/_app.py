@@ -166,6 +166,16 @@ ActorOpt = Annotated[
         show_default=False,
     ),
 ]
+"""``--actor`` of every command that writes to a task (:mod:`skillstate.audit`)."""
+ReasonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--reason",
+        help="Why, for the audit log (one line; recorded in the event).",
+        show_default=False,
+    ),
+]
+"""``--reason`` of the commands that write to a task and have no reason of their own."""
 HandOffOpt = Annotated[
     str | None,
     typer.Option(

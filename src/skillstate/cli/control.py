@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from skillstate.audit import acting, resolve
 from skillstate.cli._app import (
     ActorOpt,
     AgentOpt,
@@ -34,6 +35,7 @@ from skillstate.cli._app import (
     PriceInOpt,
     PriceOutOpt,
     QuietOpt,
+    ReasonOpt,
     RepairsOpt,
     StalledOpt,
     StoreOpt,
@@ -53,6 +55,7 @@ def send(
     task_id: TaskArg,
     text: Annotated[str, typer.Argument(help="The message for the task's next decision.")],
     actor: ActorOpt = None,
+    reason: ReasonOpt = None,
     store: StoreOpt = None,
     agent_ref: AgentOpt = None,
     broker: HandOffOpt = None,
@@ -76,9 +79,11 @@ def send(
     on here (or on the workers, with a broker)."""
     from skillstate.control.inbox import send as post_message
 
+    identity = resolve(actor, reason)
     db = _store(store)
     agent = _agent_for(db, task_id, agent_ref)
-    seq = post_message(db, agent, task_id, text, actor=actor or "")
+    with acting(identity):  # posted with the message: the commit that takes it records it
+        seq = post_message(db, agent, task_id, text, actor=identity.by)
     if _handed_over(db, task_id, seq, "message", broker=broker, queue=queue):
         return
     _drive(
@@ -129,13 +134,16 @@ def cancel(
     boundary); with --compensate, undo its effects first. A finished task is refused."""
     from skillstate.control.inbox import cancel as post_cancel
 
+    identity = resolve(actor, reason)  # posted with the cancel: its commit records it
     db = _store(store)
     # The agent is needed to check compensations and to take the cancel here: found
     # (or refused) before anything is posted.
     brokered = bool(broker or os.environ.get("SKILLSTATE_BROKER"))
     needed = compensate or agent_ref is not None or not brokered
     agent = _agent_for(db, task_id, agent_ref) if needed else None
-    seq = post_cancel(db, agent, task_id, reason=reason, actor=actor or "", compensate=compensate)
+    seq = post_cancel(
+        db, agent, task_id, reason=identity.reason or "", actor=identity.by, compensate=compensate
+    )
     if _handed_over(db, task_id, seq, "cancel", broker=broker, queue=queue):
         return
     assert agent is not None  # no broker: it was loaded above

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from skillstate.cli._app import ActorOpt, BaseUrlOpt, StoreOpt, TaskIdOpt, app
+from skillstate.cli._app import ActorOpt, BaseUrlOpt, ReasonOpt, StoreOpt, TaskIdOpt, app
 
 if TYPE_CHECKING:
     from skillstate.engine.agent import Agent
@@ -101,6 +101,7 @@ def extract(
     store: StoreOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Accept without asking.")] = False,
     actor: ActorOpt = None,
+    reason: ReasonOpt = None,
 ) -> None:
     """Extract a state card from a conversation for review, or start a task from a reviewed one."""
     from skillstate.errors import UsageError
@@ -110,7 +111,10 @@ def extract(
             raise UsageError(
                 "--accept takes a reviewed proposal only: no TRANSCRIPT, -o or --propose-schema"
             )
-        _accept(accept, agent, task_id=task_id, store_url=store, yes=yes, actor=actor)
+        from skillstate.audit import acting, resolve
+
+        with acting(resolve(actor, reason)) as identity:
+            _accept(accept, agent, task_id=task_id, store_url=store, yes=yes, actor=identity.by)
         return
     if transcript is None:
         raise UsageError("give a TRANSCRIPT to extract from, or --accept PROPOSAL.yaml")

@@ -105,15 +105,17 @@ def forget(
 ) -> None:
     """Remove one fact from a scope: an audited event (the person and the reason); tasks
     stop seeing it at their next decision."""
-    from skillstate.control.approvals import default_actor
+    from skillstate.audit import acting, check_reason, resolve
     from skillstate.memory import check_key, check_scope
     from skillstate.memory import forget as forget_fact
 
     check_scope(scope)
     check_key(key)
+    identity = resolve(actor, check_reason(reason) or "")
     db = _store(store, create=False)
     try:
-        removed = forget_fact(db, scope, key, reason=reason, actor=actor or default_actor())
+        with acting(identity):
+            removed = forget_fact(db, scope, key, reason=reason, actor=identity.by)
     finally:
         db.close()
     typer.echo(f"forgot {key} in {scope} (it came from {removed.provenance} by {removed.skill})")
@@ -138,15 +140,17 @@ def prune(
 ) -> None:
     """Drop expired facts, and with --older-than old ones, from the memory scopes (one
     audited event per scope that changed)."""
-    from skillstate.control.approvals import default_actor
+    from skillstate.audit import acting, resolve
     from skillstate.memory import check_scope, parse_duration
     from skillstate.memory import prune as prune_facts
 
     age = parse_duration(older_than) if older_than is not None else None
     chosen = [check_scope(s) for s in scopes] if scopes else None
+    identity = resolve(actor)
     db = _store(store, create=False)
     try:
-        dropped = prune_facts(db, chosen, older_than=age, actor=actor or default_actor())
+        with acting(identity):
+            dropped = prune_facts(db, chosen, older_than=age, actor=identity.by)
     finally:
         db.close()
     if not dropped:

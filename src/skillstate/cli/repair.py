@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from skillstate.cli._app import AgentOpt, StoreOpt, TaskArg, app
+from skillstate.audit import acting_as
+from skillstate.cli._app import ActorOpt, AgentOpt, ReasonOpt, StoreOpt, TaskArg, app
 from skillstate.cli._common import _agent_for, _new_task_id, _parse_assignments, _store
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ def rollback(
     compensate: CompensateOpt = False,
     keep_effects: KeepEffectsOpt = False,
     children: ChildrenOpt = "refuse",
+    actor: ActorOpt = None,
+    reason: ReasonOpt = None,
 ) -> None:
     """Restore an earlier version as a new commit (history is kept).
 
@@ -80,9 +83,10 @@ def rollback(
 
     choice = _effect_choice(compensate, keep_effects)
     family = children_choice(children)
-    db = _store(store)
-    agent = _agent_for(db, task_id, agent_ref) if choice == "compensate" else None
-    new_version = rollback_task(db, task_id, to, effects=choice, agent=agent, children=family)
+    with acting_as(actor, reason):
+        db = _store(store)
+        agent = _agent_for(db, task_id, agent_ref) if choice == "compensate" else None
+        new_version = rollback_task(db, task_id, to, effects=choice, agent=agent, children=family)
     console.print(f"task {task_id} rolled back to version {to} as version {new_version}")
     _say_children(db, task_id, new_version)
     if agent is not None:
@@ -114,25 +118,7 @@ def _say_children(db: Store, task_id: str, version: int) -> None:
         console.print(f"task {escape(task_id)}: {escape(line)}")
 
 
-@app.command()
-def prune(
-    task_id: TaskArg,
-    keep_last: Annotated[
-        int, typer.Option("--keep-last", min=1, help="Keep the newest N versions.")
-    ] = 10,
-    keep_every: Annotated[
-        int | None, typer.Option("--keep-every", min=1, help="Also keep every K-th version.")
-    ] = None,
-    store: StoreOpt = None,
-) -> None:
-    """Delete old checkpoints; the head and every chain a kept version needs stay."""
-    from skillstate._render import console
-
-    result = _store(store).prune(task_id, keep_last=keep_last, keep_every=keep_every)
-    console.print(
-        f"task {task_id}: kept {len(result.kept)} checkpoints, deleted {len(result.deleted)} "
-        "(events are kept)"
-    )
+# prune (per task and across tasks, by age) is in skillstate.cli.lifecycle.
 
 
 @app.command(name="set")
@@ -144,6 +130,8 @@ def set_(
     store: StoreOpt = None,
     agent_ref: AgentOpt = None,
     force: ForceOpt = False,
+    actor: ActorOpt = None,
+    reason: ReasonOpt = None,
 ) -> None:
     """Change fields of a task's state by hand (validated; logged as actor human).
 
@@ -155,17 +143,18 @@ def set_(
     from skillstate.errors import AgentImportError
 
     writes = _parse_assignments(assignments)
-    db = _store(store)
-    try:
-        agent = _agent_for(db, task_id, agent_ref)
-    except AgentImportError:
-        if set(writes) != {"agent"}:
-            raise
-        # The repair of a bad agent reference never imports it (or any other).
-        version = set_agent_reference(db, task_id, writes["agent"])
-        console.print(f"task {task_id}: set agent as version {version}")
-        return
-    state = set_fields(db, agent, task_id, writes, force=force)
+    with acting_as(actor, reason):
+        db = _store(store)
+        try:
+            agent = _agent_for(db, task_id, agent_ref)
+        except AgentImportError:
+            if set(writes) != {"agent"}:
+                raise
+            # The repair of a bad agent reference never imports it (or any other).
+            version = set_agent_reference(db, task_id, writes["agent"])
+            console.print(f"task {task_id}: set agent as version {version}")
+            return
+        state = set_fields(db, agent, task_id, writes, force=force)
     console.print(f"task {task_id}: set {', '.join(writes)} as version {state.version}")
 
 
@@ -184,22 +173,25 @@ def edit(
         ),
     ] = None,
     force: ForceOpt = False,
+    actor: ActorOpt = None,
+    reason: ReasonOpt = None,
 ) -> None:
     """Edit a task's state as YAML in $EDITOR (validated; logged as actor human)."""
     from skillstate._render import console
     from skillstate.engine.edits import apply_edit, edit_in_editor
     from skillstate.errors import UsageError
 
-    db = _store(store)
-    agent = _agent_for(db, task_id, agent_ref)
-    if file is not None:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeError) as exc:
-            raise UsageError(f"cannot read --file {str(file)!r}: {exc}") from exc
-        state = apply_edit(db, agent, task_id, text, force=force, keep=False)
-    else:
-        state = edit_in_editor(db, agent, task_id, force=force)
+    with acting_as(actor, reason):
+        db = _store(store)
+        agent = _agent_for(db, task_id, agent_ref)
+        if file is not None:
+            try:
+                text = file.read_text(encoding="utf-8")
+            except (OSError, UnicodeError) as exc:
+                raise UsageError(f"cannot read --file {str(file)!r}: {exc}") from exc
+            state = apply_edit(db, agent, task_id, text, force=force, keep=False)
+        else:
+            state = edit_in_editor(db, agent, task_id, force=force)
     if state is None:
         console.print(f"task {task_id}: no changes")
     else:
@@ -217,6 +209,8 @@ def fork(
     agent_ref: AgentOpt = None,
     compensate: CompensateOpt = False,
     keep_effects: KeepEffectsOpt = False,
+    actor: ActorOpt = None,
+    reason: ReasonOpt = None,
 ) -> None:
     """Start a new task from any kept checkpoint of another.
 
@@ -225,10 +219,12 @@ def fork(
     from skillstate._render import console
     from skillstate.engine.rewind import fork_task
 
-    db = _store(store)
-    agent = _agent_for(db, task_id, agent_ref)
-    _new_task_id(agent, new_id)
-    fork_task(db, agent, task_id, at, new_id, effects=_effect_choice(compensate, keep_effects))
+    with acting_as(actor, reason):
+        db = _store(store)
+        agent = _agent_for(db, task_id, agent_ref)
+        _new_task_id(agent, new_id)
+        effects = _effect_choice(compensate, keep_effects)
+        fork_task(db, agent, task_id, at, new_id, effects=effects)
     console.print(
         f"task {new_id} starts from {task_id} version {at}; run it with: skillstate resume {new_id}"
     )
@@ -247,6 +243,8 @@ def unlock(
             "gone); the holder's later commits are refused (fencing).",
         ),
     ] = False,
+    actor: ActorOpt = None,
+    reason: ReasonOpt = None,
 ) -> None:
     """Clear a task's stuck lease (recorded as a human event).
 
@@ -254,11 +252,13 @@ def unlock(
     this host that has exited.
     """
     from skillstate._render import console
+    from skillstate.audit import acting, record, resolve
     from skillstate.engine.edits import record_unlock
     from skillstate.engine.lease import is_dead_local_worker
     from skillstate.errors import Conflict, LeaseHeld, StateCorrupted
     from skillstate.events import utcnow
 
+    identity = resolve(actor, reason)  # checked before anything is cleared
     db = _store(store)
     try:
         lease = db.lease(task_id)
@@ -275,7 +275,11 @@ def unlock(
     if dropped is None:
         console.print(f"task {task_id} holds no lease")
         return
-    version = record_unlock(db, task_id, dropped.worker, dropped.generation, force=force)
+    with acting(identity):
+        version = record_unlock(db, task_id, dropped.worker, dropped.generation, force=force)
+        if version is None:  # no readable head to log it on: the store's audit record
+            action = {"kind": "unlock", "task": task_id, "worker": dropped.worker, "force": force}
+            record(db, "unlock", action)
     where = f" (version {version})" if version is not None else ""
     console.print(f"task {task_id}: lease of {dropped.worker} cleared{where}")
 

@@ -15,7 +15,9 @@ from typing import Annotated, Any
 
 import typer
 
+from skillstate.audit import acting, resolve
 from skillstate.cli._app import (
+    ActorOpt,
     AgentOpt,
     BaseUrlOpt,
     CallsOpt,
@@ -29,6 +31,7 @@ from skillstate.cli._app import (
     PriceInOpt,
     PriceOutOpt,
     QuietOpt,
+    ReasonOpt,
     RepairsOpt,
     StalledOpt,
     StoreOpt,
@@ -73,16 +76,20 @@ def signal(
     price_out: PriceOutOpt = None,
     max_stalled: StalledOpt = 10,
     on_stall: OnStallOpt = "fail",
+    actor: ActorOpt = None,
+    reason: ReasonOpt = None,
 ) -> None:
     """Deliver a signal to a task; a task waiting for it goes on here (or on the workers,
     with a broker)."""
     from skillstate.engine.runtime import Runtime
 
     payload = _payload(data)
+    identity = resolve(actor, reason)
     db = _store(store)
     agent = _agent_for(db, task_id, agent_ref)
     runtime = Runtime(agent, db)
-    seq = runtime.signal(task_id, name, payload)
+    with acting(identity):  # posted with the signal: the commit consuming it records it
+        seq = runtime.signal(task_id, name, payload)
     state = runtime.load(task_id)
     delivered = f"delivered signal {name} to {task_id} (inbox #{seq})"
     if broker or os.environ.get("SKILLSTATE_BROKER"):

@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from skillstate.audit import acting, resolve
 from skillstate.cli._app import (
     DEMOS,
     AcceptDefinitionOpt,
+    ActorOpt,
     AgentOpt,
     BaseUrlOpt,
     CallsOpt,
@@ -24,6 +26,7 @@ from skillstate.cli._app import (
     PriceInOpt,
     PriceOutOpt,
     QuietOpt,
+    ReasonOpt,
     RepairsOpt,
     StalledOpt,
     StoreOpt,
@@ -227,32 +230,36 @@ def resume(
     max_stalled: StalledOpt = 10,
     on_stall: OnStallOpt = "fail",
     accept_definition: AcceptDefinitionOpt = False,
+    actor: ActorOpt = None,
+    reason: ReasonOpt = None,
 ) -> None:
     """Continue a task from its stored state (after a stop, a crash or a budget)."""
+    identity = resolve(actor, reason)  # who accepts a definition (--accept-definition)
     db = _store(store)
     agent = _agent_for(db, task_id, agent_ref)
-    _drive(
-        agent,
-        db,
-        task_id,
-        inputs=input or [],
-        max_steps=max_steps,
-        verbose=not quiet,
-        accept_definition=accept_definition,
-        decisions=_Decisions(
-            model,
-            base_url,
-            policy,
-            max_repairs,
-            max_calls,
-            max_tokens,
-            max_cost,
-            price_in,
-            price_out,
-            max_stalled,
-            on_stall,
-        ),
-    )
+    with acting(identity):
+        _drive(
+            agent,
+            db,
+            task_id,
+            inputs=input or [],
+            max_steps=max_steps,
+            verbose=not quiet,
+            accept_definition=accept_definition,
+            decisions=_Decisions(
+                model,
+                base_url,
+                policy,
+                max_repairs,
+                max_calls,
+                max_tokens,
+                max_cost,
+                price_in,
+                price_out,
+                max_stalled,
+                on_stall,
+            ),
+        )
 
 
 @app.command()
@@ -285,8 +292,49 @@ def reply(
             show_default=False,
         ),
     ] = None,
+    actor: ActorOpt = None,
+    reason: ReasonOpt = None,
 ) -> None:
     """Answer a task waiting for the user, then keep running it (or enqueue it)."""
+    with acting(resolve(actor, reason)):
+        _reply(
+            task_id,
+            text,
+            store,
+            agent_ref,
+            max_steps,
+            quiet,
+            into,
+            broker,
+            queue,
+            _Decisions(
+                model,
+                base_url,
+                policy,
+                max_repairs,
+                max_calls,
+                max_tokens,
+                max_cost,
+                price_in,
+                price_out,
+                max_stalled,
+                on_stall,
+            ),
+        )
+
+
+def _reply(
+    task_id: str,
+    text: str,
+    store: str | None,
+    agent_ref: str | None,
+    max_steps: int,
+    quiet: bool,
+    into: str | None,
+    broker: str | None,
+    queue: str,
+    decisions: _Decisions,
+) -> None:
     db = _store(store)
     agent = _agent_for(db, task_id, agent_ref)
     if broker or os.environ.get("SKILLSTATE_BROKER"):
@@ -309,17 +357,5 @@ def reply(
         verbose=not quiet,
         reply=text,
         reply_into=into,
-        decisions=_Decisions(
-            model,
-            base_url,
-            policy,
-            max_repairs,
-            max_calls,
-            max_tokens,
-            max_cost,
-            price_in,
-            price_out,
-            max_stalled,
-            on_stall,
-        ),
+        decisions=decisions,
     )

@@ -62,10 +62,21 @@ def ui(
     max_steps: Annotated[
         int, typer.Option("--max-steps", min=1, help="Decisions a task runs after a reply.")
     ] = 50,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="Named tokens (TOML: NAME = { sha256 = HEX or token = TEXT, rights = "
+            '"read" or "write" }; or $SKILLSTATE_UI_TOKENS): every page then needs one, '
+            "writes a write token, and a write records the token's name.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the web inspector: tasks, timelines, diffs, token curves, eval reports."""
     from skillstate.engine.agent import load_agent
     from skillstate.errors import MissingExtra, UsageError
+    from skillstate.ui.access import load_tokens
     from skillstate.ui.config import TOKEN_ENV, UIConfig
 
     try:
@@ -79,13 +90,17 @@ def ui(
     for directory in reports or []:
         if not (directory / "report.json").is_file():
             raise UsageError(f"--report {str(directory)!r} has no report.json")
+    named = load_tokens(token_file)  # a bad file is refused before the store is opened
+    writers = [t.name for t in named if t.can_write]
     db = _store(store, create=False)
-    token = UIConfig.token_from_env() if allow_edit else None
+    token = UIConfig.token_from_env() if allow_edit and not named else None
     local = _loopback(host)
     config = UIConfig(
         store_url=db.url,
-        allow_edit=allow_edit,
+        # With named tokens, writes are on exactly when some token may write.
+        allow_edit=bool(writers) if named else allow_edit,
         token=token,
+        tokens=named,
         agents=tuple(agents or ()),
         reports=tuple(p.resolve() for p in reports or ()),
         max_steps=max_steps,
@@ -94,7 +109,9 @@ def ui(
     application = create_app(config, db)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/"
-    mode = "edits need the token" if allow_edit else "read-only"
+    mode = "edits need the token" if config.allow_edit else "read-only"
+    if named:  # never the tokens themselves: only their names
+        mode = f"{len(named)} named token(s); writers: {', '.join(writers) or 'none'}"
     typer.echo(f"skillstate ui: {db.url} on {url} ({mode})")
     if token is not None:
         import os

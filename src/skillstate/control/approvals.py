@@ -40,14 +40,13 @@ edits then change the tool call's arguments
 
 from __future__ import annotations
 
-import getpass
-import os
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from skillstate.audit import ACTOR_ENV, Identity, default_actor
 from skillstate.control import tool_approvals
 from skillstate.engine.act import Acting
 from skillstate.engine.actions import CallSkill
@@ -75,26 +74,13 @@ from skillstate.state.view import View
 
 __all__ = ["ACTOR_ENV", "Approvals", "default_actor"]
 
-ACTOR_ENV = "SKILLSTATE_ACTOR"
-"""Who approves when no actor is named (else the OS user)."""
-ACTOR_CHARS = 100
+ACTOR_CHARS = 100  # skillstate.audit.BY_CHARS
 HELD_TRIES = 40
 HELD_PAUSE = 0.05
 """A decision waits up to ~2 s for the task's lease: whoever holds a task that waits
 for approval holds it briefly (the slice that parked it, another person deciding)."""
 DECIDED = frozenset({"approve", "reject"})
 """Event kinds of a person's decision on a pending approval."""
-
-
-def default_actor() -> str:
-    """``$SKILLSTATE_ACTOR``, else the OS user's name (``unknown`` if there is none)."""
-    given = os.environ.get(ACTOR_ENV, "").strip()
-    if given:
-        return given
-    try:
-        return getpass.getuser()
-    except Exception:  # no user name in the environment or the password database
-        return "unknown"
 
 
 class Approvals:
@@ -253,6 +239,7 @@ class Approvals:
                 with self._hold(task_id):
                     state = self._committer.head(task_id)  # checked against its pin
                     draft, action = build(state, self._pending(state))
+                    draft.identity = Identity(by=action["actor"], reason=action["reason"] or None)
                     return self._committer.commit(state, draft, action, "human")[0]
             except (LeaseHeld, StaleState):
                 # Someone else holds or moved the task: if they decided, say who.

@@ -56,6 +56,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from skillstate.audit import BY_CHARS, Identity, current, of_message
 from skillstate.control.approvals import ACTOR_CHARS, default_actor
 from skillstate.engine.agent import Agent
 from skillstate.engine.draft import Draft
@@ -119,7 +120,11 @@ def send(store: Store, agent: Agent[Any], task_id: str, text: str, *, actor: str
     if found is not None:
         raise MessageRefused(f"message refused: {found}; nothing was sent")
     masked = agent.redaction.redactor().text(text)
-    return store.post(task_id, MESSAGE, {"text": masked, "actor": _actor(actor)})
+    body = {"text": masked, "actor": _actor(actor)}
+    stated = current()
+    if stated is not None and stated.reason:  # why, for the commit that takes it
+        body["reason"] = agent.redaction.redactor().text(stated.reason)
+    return store.post(task_id, MESSAGE, body)
 
 
 def cancel(
@@ -270,7 +275,8 @@ class Inbox:
             changes.update(status=TaskStatus.RUNNING, question=None)
             action["interrupted"] = interrupted
         action["messages"] = listed
-        return self._commit(state, Draft(after=state.replace(**changes)), action, "user")
+        draft = Draft(after=state.replace(**changes), identity=_senders(messages))
+        return self._commit(state, draft, action, "user")
 
     # ------------------------------------------------------------------ cancel
 
@@ -320,7 +326,8 @@ class Inbox:
             **({"dropped": dropped} if dropped else {}),
             **({"children": children} if children else {}),
         }
-        return self._commit(state, Draft(after=after, error=error), action, "human")
+        draft = Draft(after=after, error=error, identity=_requester(wanted))
+        return self._commit(state, draft, action, "human")
 
     def _cancelled(
         self,
@@ -348,7 +355,8 @@ class Inbox:
             action["dropped"] = list(dropped)
         if children:
             action["children"] = children  # the cancels posted to unfinished children
-        return self._commit(state, Draft(after=after, error=error), action, "human")
+        draft = Draft(after=after, error=error, identity=_requester(wanted))
+        return self._commit(state, draft, action, "human")
 
 
 def _asking(state: AgentState) -> bool:
@@ -361,6 +369,22 @@ def _listed(message: InboxMessage) -> dict[str, Any]:
         "actor": message.body.get("actor", ""),
         "text": message.body.get("text", ""),
     }
+
+
+def _senders(messages: Sequence[InboxMessage]) -> Identity | None:
+    """Who sent the messages one commit takes: one sender, or the first and a count."""
+    people = [i for m in messages if (i := of_message(m.body, by="actor")) is not None]
+    names = list(dict.fromkeys(i.by for i in people))
+    if not names:
+        return None
+    reason = people[0].reason if len(people) == 1 else None
+    more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+    return Identity(by=names[0][: BY_CHARS - len(more)] + more, reason=reason)
+
+
+def _requester(wanted: Cancelling) -> Identity | None:
+    """Who asked for the cancel, and why."""
+    return of_message({"actor": wanted.actor, "reason": wanted.reason}, by="actor")
 
 
 def _request(wanted: Cancelling) -> dict[str, Any]:

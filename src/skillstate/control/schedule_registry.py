@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from skillstate._validation import first_error
+from skillstate.audit import who
 from skillstate.control.schedules import Schedule
 from skillstate.errors import (
     Conflict,
@@ -103,6 +104,7 @@ def _change(store: Store, change: Callable[[dict[str, Schedule]], dict[str, Any]
             actor="human",
             action=action,
             patch=make_patch(doc or {}, new),
+            **who("human"),
         )
         try:
             return store.commit(REGISTRY, version, new, event)

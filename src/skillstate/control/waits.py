@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from skillstate.audit import Identity, of_message, who
 from skillstate.control.signals import KIND, check_payload
 from skillstate.engine.actions import WaitFor, WaitUntil
 from skillstate.engine.agent import Agent
@@ -150,7 +151,8 @@ def deliver(agent: Agent[Any], store: Store, state: AgentState, name: str, data:
             f"signal {name!r}; nothing was delivered"
         )
     masked = agent.redaction.redactor().json(payload)
-    return store.post(state.task_id, KIND, {"name": name, "data": masked})
+    # Who sent it (and why) travels with it: the commit that consumes it is the runtime's.
+    return store.post(state.task_id, KIND, {"name": name, "data": masked, **who("human")})
 
 
 def pending_signal(store: Store, state: AgentState, name: str) -> InboxMessage | None:
@@ -267,7 +269,7 @@ class Waits:
             tried=(),
         )
         action = {"kind": "signal", "name": name, "seq": message.seq}
-        self._end(state, after, action)
+        self._end(state, after, action, identity=of_message(message.body))
 
     def _time_out(self, state: AgentState, wait: Wait) -> None:
         message = timeout_message(wait)
@@ -288,5 +290,6 @@ class Waits:
         action: dict[str, Any],
         *,
         error: str | None = None,
+        identity: Identity | None = None,
     ) -> None:
-        self.commit(state, Draft(after=after, error=error), action, "runtime")
+        self.commit(state, Draft(after=after, error=error, identity=identity), action, "runtime")

@@ -28,6 +28,8 @@ from skillstate.errors import AgentImportError, UsageError
 from skillstate.fanout import spec as fanout
 from skillstate.limits import DEFAULT_LIMITS, Limits, problem
 from skillstate.memory.facts import template_problems
+from skillstate.ops.budgets import Budget
+from skillstate.ops.spotchecks import SpotChecks, spot_check_problems
 from skillstate.shared.declare import Shared, shared_problems
 from skillstate.skills.binding import binding_problems
 from skillstate.skills.registry import SkillRegistry
@@ -128,6 +130,9 @@ class Agent(Generic[S]):
     ref: str | None = None
     """``module:attr`` this agent is importable as: set by :func:`load_agent`, else found
     in the module that built it the first time a task is created (see :meth:`reference`)."""
+    budget: Budget | None = None
+    """Model calls, prompt tokens and cost per task (:mod:`skillstate.ops.budgets`): a
+    warning at ``warn_at``, a stop at the limit; the runtime's ``max_*`` still apply."""
     view_budget: int | Literal["auto"] | None = "auto"
     """Token budget of the prompt view (:mod:`skillstate.state.budget`): what does not
     fit is hidden by priority, an overrun is recorded. ``"auto"`` (the default) is
@@ -206,6 +211,9 @@ class Agent(Generic[S]):
     """The most children one ``Spawn``/``Map`` makes (a task: 4 times this in all)."""
     max_depth: int = fanout.MAX_DEPTH
     """How deep a tree of tasks may grow below a root task."""
+    spot_checks: SpotChecks | None = None
+    """Which verified steps people review (:mod:`skillstate.ops.spotchecks`; ``None``: the
+    project's ``[tool.skillstate.spot_checks]``, if any). Marks cost the steps nothing."""
 
     @property
     def definition(self) -> Definition:
@@ -290,6 +298,7 @@ class Agent(Generic[S]):
         problems += _memory_problems(self)
         problems += shared_problems(self)
         problems += fanout.check_children(self)
+        problems += spot_check_problems(self.spot_checks)
         problems += chain_problems(self.state_type)
         problems += signal_problems(self.signals, self.machine.steps)
         # A skill's `aliases` are rename markers too: one patch per old name.

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from skillstate._json import dumps
+from skillstate.audit import who
 from skillstate.control.strategy import seen_by
 from skillstate.engine import trace
 from skillstate.engine.agent import Agent
@@ -163,6 +164,7 @@ class Committer:
             **_view_budget(view),
             usage=draft.usage,
             started_at=started or utcnow(),
+            **who(actor, draft.identity),
         )
         event = redactor.event(event, patch_clean=checked)
         tracer = trace.current()

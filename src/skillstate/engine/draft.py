@@ -20,6 +20,7 @@ from skillstate.events import SkillTransition, TokenUsage, ToolCall, Verdict
 from skillstate.state.model import AgentState, Decision, ErrorEntry
 
 if TYPE_CHECKING:
+    from skillstate.audit import Identity
     from skillstate.memory.facts import MemoryWrite
     from skillstate.shared.access import SharedChange
     from skillstate.skills.skill import Skill
@@ -62,6 +63,9 @@ class Draft:
     shared: tuple[SharedChange, ...] = ()
     """The verified attempt's write to a shared record (``ctx.write_shared``): committed
     pending with the step, then compared-and-set on the record (:mod:`skillstate.shared`)."""
+    identity: Identity | None = None
+    """Who asked for this commit and why, when it is not the enclosing command's
+    (:func:`skillstate.audit.who`): the sender of a message taken from the inbox."""
 
 
 def decision(action: Action, target: str | None) -> Decision:

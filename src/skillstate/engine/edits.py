@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from skillstate._validation import first_error
+from skillstate.audit import who
 from skillstate.engine.agent import Agent
 from skillstate.engine.lease import human_lease
 from skillstate.errors import (
@@ -128,6 +129,7 @@ def _set_agent_reference(store: Store, task_id: str, ref: object, fence: int | N
         actor="human",
         action={"kind": "set", "writes": {"agent": ref}},
         patch=make_patch(head.state, document),
+        **who("human"),
     )
     return store.commit(task_id, head.version, document, event, fence=fence)
 
@@ -438,6 +440,7 @@ def _record_unlock(
         actor="human",
         action=action,
         patch=make_patch(head.state, document),
+        **who("human"),
     )
     return store.commit(task_id, head.version, document, event, fence=fence)
 
@@ -475,6 +478,7 @@ def _human_commit(
         actor="human",
         action=action,
         patch=make_patch(head.state, document),
+        **who("human"),
     )
     store.commit(final.task_id, version, document, event, fence=fence)
     return final

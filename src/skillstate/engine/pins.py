@@ -25,6 +25,7 @@ import contextlib
 import json
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from skillstate.audit import Identity
 from skillstate.definitions.carry import blockers, carry_card
 from skillstate.definitions.compare import COMPATIBLE, MIGRATION, Comparison, compare
 from skillstate.definitions.manifest import short
@@ -77,9 +78,11 @@ class Pins:
         state = self._committer.load(task_id)
         if state.definition is None or state.definition == self.ref:
             return state
-        from skillstate.control.approvals import default_actor
+        from skillstate.audit import current, default_actor
 
-        return self._carry(state, (actor or default_actor(), reason))
+        stated = current()  # the command's --actor and --reason
+        who = actor or (stated.by if stated is not None else default_actor())
+        return self._carry(state, (who, reason or (stated.reason or "" if stated else "")))
 
     def compare(self, state: AgentState) -> Comparison:
         """What changed from the definition ``state`` is pinned to to the agent's."""
@@ -135,7 +138,9 @@ class Pins:
         if accepted is not None:
             action["actor"], action["reason"] = accepted
         actor: Actor = "human" if accepted is not None else "runtime"
-        committed = self._committer.commit(state, Draft(after=carried), action, actor)[0]
+        identity = Identity(by=accepted[0], reason=accepted[1] or None) if accepted else None
+        draft = Draft(after=carried, identity=identity)
+        committed = self._committer.commit(state, draft, action, actor)[0]
         return cast(S, committed)  # the committer keeps the state class
 
     def _refused(self, state: AgentState, comparison: Comparison) -> DefinitionChanged:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from skillstate.audit import who
 from skillstate.engine.agent import Agent
 from skillstate.engine.effects import EffectRecord, crossed_effects, describe
 from skillstate.engine.family import ChildrenChoice, forked_children, rollback_children
@@ -128,6 +129,7 @@ def _rollback(
         actor="human",
         action=action,
         patch=make_patch(head.state, document),
+        **who("human"),
     )
     return store.commit(task_id, head.version, document, event, fence=fence)
 
@@ -200,7 +202,7 @@ def fork_task(
     if crossed:
         action["effects"] = effects
         action["crossed"] = [r.key for r in crossed]
-    event = Event(task_id=new_id, version=1, actor="human", action=action)
+    event = Event(task_id=new_id, version=1, actor="human", action=action, **who("human"))
     with human_lease(store, new_id) as fence:
         store.commit(new_id, 0, document, event, fence=fence)
     return forked

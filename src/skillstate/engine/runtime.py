@@ -30,7 +30,6 @@ from skillstate.engine.act import Acting
 from skillstate.engine.actions import Action
 from skillstate.engine.agent import Agent
 from skillstate.engine.commit import Committer
-from skillstate.engine.decide import over_budget
 from skillstate.engine.draft import Draft
 from skillstate.engine.guard import Guard, OnStall
 from skillstate.engine.lease import Holder, default_worker
@@ -53,6 +52,7 @@ from skillstate.fanout.join import Children
 from skillstate.fanout.spec import ChildMode, check_mode
 from skillstate.limits import problem
 from skillstate.llm.base import Prices
+from skillstate.ops.budgets import budget_stop, warn_budget
 from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
 from skillstate.store.base import RESERVED, Store, is_reserved
 
@@ -578,6 +578,7 @@ class Runtime(Generic[S]):
                 continue
             if steps >= budget or (stop is not None and stop()):
                 return RunResult(state, "max_steps", steps)
+            state = warn_budget(self, state)  # a budget came near: recorded once (a commit)
             spent = self._over_budget(state)
             if spent is not None:
                 return RunResult(self._stop_for_budget(state, spent), "budget", steps)
@@ -621,7 +622,7 @@ class Runtime(Generic[S]):
         return True
 
     def _over_budget(self, state: AgentState) -> str | None:
-        return over_budget(state.usage, self.max_calls, self.max_tokens, self.max_cost)
+        return budget_stop(self, state)  # the runtime's --max-* and the agent's Budget
 
     def _stop_for_budget(self, state: AgentState, reason: str) -> AgentState:
         """Record why the task stopped (once); it stays running and resumable."""

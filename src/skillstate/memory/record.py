@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from skillstate._validation import first_error
+from skillstate.audit import who
 from skillstate.errors import Conflict, StaleState, StateCorrupted, TaskNotFound, UsageError
 from skillstate.events import Actor, Event
 from skillstate.memory.facts import Fact, Remembered, check_key, check_scope
@@ -284,7 +285,9 @@ def _change(
             return version
         next_seq = next(numbers)
         new, patch = _written(rid, scope, doc, version=version + 1, facts=facts, next_seq=next_seq)
-        event = Event(task_id=rid, version=version + 1, actor=actor, action=action, patch=patch)
+        event = Event(
+            task_id=rid, version=version + 1, actor=actor, action=action, patch=patch, **who(actor)
+        )
         try:
             written = store.commit(rid, version, new, event)
         except StaleState:

@@ -382,6 +382,12 @@ def _base_7_to_8(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _base_8_to_9(doc: dict[str, Any]) -> dict[str, Any]:
+    """Operations (issue 29): each feature adds its fields' defaults here."""
+    doc.setdefault("budget_warnings", [])  # budgets (alerts)
+    return doc
+
+
 def _step_paths(doc: dict[str, Any]) -> None:
     """Transitive staleness (issue 26): an older record that kept an ``undo`` (a
     fingerprinted step) wrote that undo's paths; its ``reads`` stay unknown (it depends
@@ -402,6 +408,7 @@ BASE_MIGRATIONS: dict[int, MigrationFn] = {
     5: _base_5_to_6,
     6: _base_6_to_7,
     7: _base_7_to_8,
+    8: _base_8_to_9,
 }
 """Migrations of the base card, by the ``card_version`` they start from."""
 

@@ -36,6 +36,7 @@ from skillstate.memory.facts import Recalled, Remembered
 from skillstate.shared.records import SharedSnapshot, SharedWrite
 from skillstate.state.migrate import check_migrations
 from skillstate.state.records import (
+    BudgetWarning,
     Cancelling,
     ChildRecord,
     ChildStatus,
@@ -92,7 +93,7 @@ __all__ = [
 ]
 
 
-CARD_VERSION = 8
+CARD_VERSION = 9
 """The base card's own format. 2 added ``steps_taken``, ``tried``, ``no_progress``,
 ``compensations``, ``effect_generations``, ``StepRecord.undo`` and
 ``ErrorEntry.permanent``; 3 turned the one-slot ``inbox`` into ``inputs`` (a queue of
@@ -101,7 +102,8 @@ control, issue 25) added ``wait``, ``signals``, ``pending_approval``, ``messages
 ``inbox_seen`` and ``cancelling``; 6 (definitions that evolve, issue 26) added
 the fields listed in :func:`skillstate.state.migrate._base_5_to_6`; 7 (learning from
 finished work, issue 27) those in :func:`skillstate.state.migrate._base_6_to_7`; 8
-(fan-out, issue 28) those in :func:`skillstate.state.migrate._base_7_to_8`."""
+(fan-out, issue 28) those in :func:`skillstate.state.migrate._base_7_to_8`; 9
+(operations, issue 29) those in :func:`skillstate.state.migrate._base_8_to_9`."""
 
 #: Fields only the runtime writes. A skill that declares one of these in
 #: ``outputs`` is refused at definition time.
@@ -141,6 +143,7 @@ PROTECTED_FIELDS = frozenset(
         "shared_pending",
         "no_progress",
         "usage",
+        "budget_warnings",  # budgets (issue 29)
         "driver",
         "agent",
         "definition",
@@ -292,6 +295,9 @@ class AgentState(BaseModel):
     """Decisions in a row that changed nothing but bookkeeping (the stall guard's count)."""
     usage: UsageTotals = Field(default_factory=UsageTotals)
     """Model calls, tokens and cost so far (budgets are checked against these)."""
+    budget_warnings: tuple[BudgetWarning, ...] = ()
+    """Budgets the task came near (one per dimension, recorded once): what the budget
+    alert and the inspector show before the stop at the limit (:mod:`skillstate.ops.budgets`)."""
     driver: Driver | None = None
     """The model deciding this task (``None``: the agent's own policy)."""
     agent: str | None = None

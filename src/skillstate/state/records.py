@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 __all__ = [
+    "BudgetWarning",
     "Cancelling",
     "Compensation",
     "Decision",
@@ -315,6 +316,18 @@ class UsageTotals(_Record):
     cached: int = 0
     repairs: int = 0
     cost: float = 0.0
+
+
+class BudgetWarning(_Record):
+    """A budget the task came near: recorded once per dimension, before the stop at
+    the limit (:mod:`skillstate.ops.budgets`; issue 29)."""
+
+    dimension: Literal["tokens", "calls", "cost"]
+    used: float
+    limit: float
+    """The limit (``--max-*`` or the agent's ``Budget``) it was measured against."""
+    warn_at: float
+    """The share of ``limit`` at which it warned."""
 
 
 class Driver(_Record):

@@ -494,6 +494,8 @@ class Redactor:
             update["tool_calls"] = calls
         if e.error is not None and (error := self.text(e.error)) is not e.error:
             update["error"] = error
+        if e.reason is not None and (why := self.text(e.reason)) is not e.reason:
+            update["reason"] = why  # a person may paste a secret into --reason
         patch = e.patch if patch_clean else self._json(e.patch)
         if patch is not e.patch:
             update["patch"] = patch

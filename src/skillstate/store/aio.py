@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from skillstate._aio import current_loop, on_thread_of
@@ -135,12 +136,32 @@ class AsyncStore(Protocol):
         """:meth:`Store.replace_artifact`."""
         ...
 
+    async def delete_task(self, task_id: str) -> bool:
+        """:meth:`Store.delete_task`."""
+        ...
+
+    async def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        """:meth:`Store.delete_artifact`."""
+        ...
+
     async def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
         """:meth:`Store.post`: append to the task's inbox, returning the message's number."""
         ...
 
     async def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
         """:meth:`Store.inbox`."""
+        ...
+
+    async def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """:meth:`Store.restore`."""
         ...
 
     async def close(self) -> None:
@@ -228,11 +249,30 @@ class ThreadedStore:
     async def replace_artifact(self, ref: str, data: bytes) -> None:
         await asyncio.to_thread(self.store.replace_artifact, ref, data)
 
+    async def delete_task(self, task_id: str) -> bool:
+        return await asyncio.to_thread(self.store.delete_task, task_id)
+
+    async def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        return await asyncio.to_thread(self.store.delete_artifact, ref, unused_since=unused_since)
+
     async def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
         return await asyncio.to_thread(self.store.post, task_id, kind, body)
 
     async def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
         return await asyncio.to_thread(self.store.inbox, task_id, after=after)
+
+    async def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        return await asyncio.to_thread(
+            self.store.restore, task_id, checkpoints, events, inbox, overwrite=overwrite
+        )
 
     async def close(self) -> None:
         await asyncio.to_thread(self.store.close)
@@ -333,11 +373,30 @@ class BlockingStore:
     def replace_artifact(self, ref: str, data: bytes) -> None:
         self._wait(self.store.replace_artifact(ref, data))
 
+    def delete_task(self, task_id: str) -> bool:
+        return self._wait(self.store.delete_task(task_id))
+
+    def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        return self._wait(self.store.delete_artifact(ref, unused_since=unused_since))
+
     def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
         return self._wait(self.store.post(task_id, kind, body))
 
     def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
         return self._wait(self.store.inbox(task_id, after=after))
+
+    def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        return self._wait(
+            self.store.restore(task_id, checkpoints, events, inbox, overwrite=overwrite)
+        )
 
     def close(self) -> None:
         self._wait(self.store.close())

@@ -40,7 +40,7 @@ The hard rules every backend keeps:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol, runtime_checkable
@@ -356,6 +356,28 @@ class Store(Protocol):
         """
         ...
 
+    def delete_task(self, task_id: str) -> bool:
+        """Remove every record of the task, atomically: its head, kept versions, events,
+        inbox and lease. Returns whether anything was there.
+
+        After a crash at any instant the task is whole or gone. Artifacts are left
+        alone (other tasks may share them: :mod:`skillstate.ops.delete` decides), and so
+        are records under :data:`RESERVED`. A writer that read the task before commits
+        nothing after (its version check fails); a commit of version 1 creates the
+        task afresh.
+        """
+        ...
+
+    def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        """Remove the artifact stored under ``ref``; whether there was one to remove.
+
+        With ``unused_since``, only when it was last put before that time, checked
+        atomically with the removal: :meth:`put_artifact` of bytes already stored marks
+        them as put again, so a writer that puts an artifact and then commits a
+        reference to it keeps it through a garbage collection (:mod:`skillstate.ops.gc`).
+        """
+        ...
+
     def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
         """Append a message to the task's inbox; returns its sequence number.
 
@@ -380,6 +402,30 @@ class Store(Protocol):
         ``TaskNotFound`` for a task that was never committed; a stored message that
         does not read is ``StateCorrupted`` naming it. Messages are kept for the
         task's life (:meth:`prune` keeps them, as it keeps events).
+        """
+        ...
+
+    def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """Write a whole task from elsewhere (``import``, ``copy``) in one atomic step.
+
+        ``checkpoints`` are its kept versions (the highest is the head), ``events``
+        every event it has (a kept version's carries its patch), ``inbox`` its messages
+        numbered 1, 2, 3... After a crash at any instant the task is whole or absent
+        (with ``overwrite``, whole or still the old one). What is written loads and
+        verifies like anything committed (:mod:`skillstate.store.restoring`); no lease is
+        written. A task that exists is :class:`~skillstate.errors.TaskExists` unless
+        ``overwrite``; a set of records that does not hold together (a kept version
+        without its event, a state naming another task) is ``StoreError``; either way
+        nothing is written. Artifacts are put beforehand (:meth:`put_artifact`).
+        Returns the head version.
         """
         ...
 

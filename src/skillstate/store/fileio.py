@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -154,3 +155,34 @@ def _end_of_last_line(fd: int, size: int, chunk: int = 1 << 16) -> int:
             return start + found + 1
         end = start
     return 0
+
+
+def lock_folder(directory: Path, parent: Path, name: str) -> int:
+    """``directory/name`` opened (created ``0600``) and ``flock``ed: the caller closes it.
+
+    The lock file locked is the one in the folder *now*: a folder renamed away while
+    this waited (a deleted task, :mod:`skillstate.store.files_delete`) is not the
+    task's any more and writing there would be lost, so the lock is taken again on
+    the folder that is there (a new, empty one, where the writer's version check fails).
+    """
+    lock_path = directory / name
+    while True:
+        mkdir(directory, parent)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            if os.fstat(fd).st_mode & 0o777 != FILE_MODE:
+                os.fchmod(fd, FILE_MODE)  # created under a umask that took bits off
+        except OSError as exc:
+            raise os_error("open", lock_path, exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held, there = os.fstat(fd), os.stat(lock_path)
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        except OSError as exc:
+            os.close(fd)
+            raise os_error("lock", lock_path, exc) from exc
+        if (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino):
+            return fd
+        os.close(fd)

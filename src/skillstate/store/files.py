@@ -77,14 +77,13 @@ The URL takes no query parameters: any is ``InvalidStoreURL`` naming it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
 import string
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -104,7 +103,7 @@ from skillstate.errors import (
     UsageError,
 )
 from skillstate.events import Event, utcnow
-from skillstate.store import fileio, files_inbox, files_rewrite
+from skillstate.store import fileio, files_delete, files_inbox, files_restore, files_rewrite
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
@@ -138,6 +137,7 @@ from skillstate.store.chain import (
     verify_digest,
 )
 from skillstate.store.heads import head_info
+from skillstate.store.restoring import plan_restore
 
 __all__ = ["FilesStore", "task_dir_name", "task_id_from_dir"]
 
@@ -479,7 +479,8 @@ class FilesStore:
         ref = artifact_ref(data)
         folder = self.root / _ARTIFACTS
         path = folder / ref.replace(":", "-", 1)
-        if path.is_file():
+        # Touched when present: its mtime is the last put, what gc's grace period reads.
+        if files_delete.touch_artifact(path):
             return ref
         fileio.mkdir(folder, self.root)
         fileio.write_atomic(path, bytes(data))
@@ -507,12 +508,33 @@ class FilesStore:
     def replace_artifact(self, ref: str, data: bytes) -> None:
         files_rewrite.replace_artifact(self, ref, data)
 
+    def delete_task(self, task_id: str) -> bool:
+        """One rename of the task's folder aside, then its removal (:mod:`.files_delete`)."""
+        return files_delete.delete_task(self, task_id)
+
+    def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        return files_delete.delete_artifact(self, ref, unused_since)
+
     def post(self, task_id: str, kind: str, body: Mapping[str, Any]) -> int:
         """An fsynced append to ``inbox.jsonl`` under the task's lock (:mod:`.files_inbox`)."""
         return files_inbox.post(self, task_id, kind, body)
 
     def inbox(self, task_id: str, *, after: int = 0) -> list[InboxMessage]:
         return files_inbox.inbox(self, task_id, after)
+
+    def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """Staged beside the task's folder, then swapped in (:mod:`.files_restore`)."""
+        plan = plan_restore(task_id, checkpoints, events, inbox, max_chain=self.max_chain)
+        files_restore.restore(self, plan, overwrite=overwrite)
+        return plan.version
 
     def close(self) -> None:
         """Nothing to release: no file stays open between operations."""
@@ -528,19 +550,8 @@ class FilesStore:
         with self._guard:
             thread_lock = self._locks.setdefault(task_id, threading.Lock())
         with thread_lock:
-            fileio.mkdir(directory, self.root)
-            lock_path = directory / _LOCK
+            fd = fileio.lock_folder(directory, self.root, _LOCK)
             try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
-                if os.fstat(fd).st_mode & 0o777 != _FILE_MODE:
-                    os.fchmod(fd, _FILE_MODE)  # created under a umask that took bits off
-            except OSError as exc:
-                raise fileio.os_error("open", lock_path, exc) from exc
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                except OSError as exc:
-                    raise fileio.os_error("lock", lock_path, exc) from exc
                 yield
             finally:
                 os.close(fd)  # closing the last descriptor releases the flock

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -25,6 +25,7 @@ from skillstate.errors import (
     InvalidStoreURL,
     StaleState,
     StoreError,
+    TaskExists,
     TaskNotFound,
 )
 from skillstate.events import Event, utcnow
@@ -58,6 +59,7 @@ from skillstate.store.chain import (
 )
 from skillstate.store.heads import head_info
 from skillstate.store.inbox import encode_message, read_message
+from skillstate.store.restoring import plan_restore
 from skillstate.store.rewriting import Body, plan_rewrite
 
 __all__ = ["MemoryStore"]
@@ -98,6 +100,7 @@ class MemoryStore:
         self._tasks: dict[str, _Task] = {}
         self._leases: dict[str, _LeaseRecord] = {}
         self._artifacts: dict[str, bytes] = {}
+        self._put_at: dict[str, datetime] = {}
 
     @classmethod
     def from_url(cls, url: str = "memory://", *, create: bool = True) -> MemoryStore:
@@ -248,6 +251,7 @@ class MemoryStore:
         ref = artifact_ref(data)
         with self._lock:
             self._artifacts.setdefault(ref, bytes(data))
+            self._put_at[ref] = utcnow()  # the last put: what gc's grace is measured from
         return ref
 
     def get_artifact(self, ref: str) -> bytes:
@@ -288,6 +292,23 @@ class MemoryStore:
         with self._lock:
             return sorted(self._artifacts)
 
+    def delete_task(self, task_id: str) -> bool:
+        check_task_id(task_id)
+        with self._lock:
+            self._leases.pop(task_id, None)
+            return self._tasks.pop(task_id, None) is not None
+
+    def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        with self._lock:
+            if ref not in self._artifacts:
+                return False
+            put_at = self._put_at.get(ref)
+            if unused_since is not None and put_at is not None and put_at >= unused_since:
+                return False
+            del self._artifacts[ref]
+            self._put_at.pop(ref, None)
+            return True
+
     def replace_artifact(self, ref: str, data: bytes) -> None:
         with self._lock:
             if ref not in self._artifacts:
@@ -306,6 +327,36 @@ class MemoryStore:
         with self._lock:
             stored = list(enumerate(self._task(task_id).inbox, 1))[max(after, 0) :]
         return [read_message(task_id, seq, kind, text, at) for seq, (kind, text, at) in stored]
+
+    def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        plan = plan_restore(task_id, checkpoints, events, inbox, max_chain=self.max_chain)
+        task = _Task(
+            version=plan.version,
+            head=plan.head,
+            updated_at=plan.updated_at,
+            digest=plan.head_digest,
+            chain_len=plan.chain_len,
+            chain_bytes=plan.chain_bytes,
+            rows={
+                r.version: Row(r.version, r.snapshot, r.patch, r.created_at, r.digest)
+                for r in plan.rows
+            },
+            events=[(e.version, e.text) for e in plan.events],
+            inbox=[(m.kind, m.body, m.at) for m in plan.inbox],
+        )
+        with self._lock:
+            if task_id in self._tasks and not overwrite:
+                raise TaskExists(f"task {task_id!r} already exists in {self.url}; nothing written")
+            self._tasks[task_id] = task
+        return plan.version
 
     def close(self) -> None:
         pass

@@ -73,12 +73,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skillstate.errors import StoreError
 from skillstate.events import Event
+from skillstate.store import postgres_delete, postgres_restore
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
@@ -98,6 +100,7 @@ from skillstate.store.postgres_url import (
     parse_url,
     wrap,
 )
+from skillstate.store.restoring import plan_restore
 
 if TYPE_CHECKING:
     from psycopg import Connection, Cursor
@@ -259,6 +262,27 @@ class PostgresStore:
 
     def replace_artifact(self, ref: str, data: bytes) -> None:
         self._run(self._ops.replace_artifact(ref, data))
+
+    def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """One transaction (:mod:`~skillstate.store.postgres_restore`)."""
+        plan = plan_restore(task_id, checkpoints, events, inbox, max_chain=self._ops.max_chain)
+        return self._run(
+            postgres_restore.restore(self._ops, plan, overwrite=overwrite, url=self.url)
+        )
+
+    def delete_task(self, task_id: str) -> bool:
+        return self._run(postgres_delete.delete_task(self._ops, task_id))
+
+    def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        return self._run(postgres_delete.delete_artifact(self._ops, ref, unused_since))
 
     def close(self) -> None:
         with self._lock:

@@ -22,13 +22,15 @@ psycopg is imported when a store is opened, never at import time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skillstate.errors import StoreError
 from skillstate.events import Event
+from skillstate.store import postgres_delete, postgres_restore
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
@@ -40,6 +42,7 @@ from skillstate.store.base import (
 from skillstate.store.chain import DEFAULT_MAX_CHAIN
 from skillstate.store.postgres_ops import Begin, Op, PostgresOps, Statement, Step
 from skillstate.store.postgres_url import connect_options, driver, parse_url, wrap
+from skillstate.store.restoring import plan_restore
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection, AsyncCursor
@@ -228,6 +231,27 @@ class AsyncPostgresStore:
 
     async def replace_artifact(self, ref: str, data: bytes) -> None:
         await self._run(self._ops.replace_artifact(ref, data))
+
+    async def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """One transaction (:mod:`~skillstate.store.postgres_restore`)."""
+        plan = plan_restore(task_id, checkpoints, events, inbox, max_chain=self._ops.max_chain)
+        return await self._run(
+            postgres_restore.restore(self._ops, plan, overwrite=overwrite, url=self.url)
+        )
+
+    async def delete_task(self, task_id: str) -> bool:
+        return await self._run(postgres_delete.delete_task(self._ops, task_id))
+
+    async def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        return await self._run(postgres_delete.delete_artifact(self._ops, ref, unused_since))
 
     async def close(self) -> None:
         """Close the pool (connections still out close as they come back). Safe twice."""

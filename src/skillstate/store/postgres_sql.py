@@ -332,7 +332,8 @@ class Queries:
 
         self.put_artifact = (
             f"INSERT INTO {artifacts} (ref, media_type, data) VALUES (%s, %s, %s) "
-            "ON CONFLICT (ref) DO NOTHING"
+            # created_at becomes the last put: what gc's grace period is measured from.
+            "ON CONFLICT (ref) DO UPDATE SET created_at = now()"
         )
         self.get_artifact = f"SELECT data FROM {artifacts} WHERE ref = %s"
 

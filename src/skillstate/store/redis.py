@@ -83,16 +83,17 @@ from __future__ import annotations
 import os
 import select
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
+from datetime import datetime
 from functools import partial
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from skillstate.errors import InvalidStoreURL, MissingExtra, StoreNotFound, StoreUnavailable
 from skillstate.events import Event
+from skillstate.store import redis_delete, redis_restore, redis_rewrite
 from skillstate.store import redis_ops as ops
-from skillstate.store import redis_rewrite
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
@@ -107,6 +108,7 @@ from skillstate.store.redis_io import Batch, Call, Eval, Exec, Layout, Ops, Watc
 from skillstate.store.redis_ops import MIGRATIONS
 from skillstate.store.redis_url import DEFAULT_PREFIX
 from skillstate.store.redis_url import parse_url as _parse_url
+from skillstate.store.restoring import plan_restore
 
 if TYPE_CHECKING:
     import redis
@@ -260,6 +262,25 @@ class RedisStore(Layout):
 
     def replace_artifact(self, ref: str, data: bytes) -> None:
         self._run(redis_rewrite.replace_artifact(self, ref, data))
+
+    def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """``WATCH`` then one ``MULTI``/``EXEC`` (:mod:`~skillstate.store.redis_restore`)."""
+        plan = plan_restore(task_id, checkpoints, events, inbox, max_chain=self.max_chain)
+        return self._run(redis_restore.restore(self, plan, overwrite=overwrite))
+
+    def delete_task(self, task_id: str) -> bool:
+        return self._run(redis_delete.delete_task(self, task_id))
+
+    def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        return self._run(redis_delete.delete_artifact(self, ref, unused_since))
 
     def close(self) -> None:
         if self._closed:

@@ -25,15 +25,16 @@ tell which, as with a lost connection: reloading the head says.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
+from datetime import datetime
 from types import ModuleType, TracebackType
 from typing import Any, TypeVar
 
 from skillstate.errors import InvalidStoreURL, StoreNotFound, StoreUnavailable
 from skillstate.events import Event
+from skillstate.store import redis_delete, redis_restore, redis_rewrite
 from skillstate.store import redis_ops as ops
-from skillstate.store import redis_rewrite
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
@@ -47,6 +48,7 @@ from skillstate.store.redis import OPEN_TIMEOUT, _redis
 from skillstate.store.redis_codec import one_line, store_error
 from skillstate.store.redis_io import Batch, Call, Eval, Exec, Layout, Ops, Watch
 from skillstate.store.redis_url import parse_url
+from skillstate.store.restoring import plan_restore
 
 __all__ = ["AsyncRedisStore"]
 
@@ -198,6 +200,25 @@ class AsyncRedisStore(Layout):
 
     async def replace_artifact(self, ref: str, data: bytes) -> None:
         await self._run(redis_rewrite.replace_artifact(self, ref, data))
+
+    async def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """``WATCH`` then one ``MULTI``/``EXEC`` (:mod:`~skillstate.store.redis_restore`)."""
+        plan = plan_restore(task_id, checkpoints, events, inbox, max_chain=self.max_chain)
+        return await self._run(redis_restore.restore(self, plan, overwrite=overwrite))
+
+    async def delete_task(self, task_id: str) -> bool:
+        return await self._run(redis_delete.delete_task(self, task_id))
+
+    async def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        return await self._run(redis_delete.delete_artifact(self, ref, unused_since))
 
     async def close(self) -> None:
         if self._closed:

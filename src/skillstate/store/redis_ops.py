@@ -464,13 +464,12 @@ def put_artifact(store: Layout, data: bytes, media_type: str) -> Ops[str]:
     ref = artifact_ref(data)
     key = store._key("art", ref)
     # Content-addressed: the same ref always means the same bytes, so the first
-    # writer wins every field and a second put changes nothing.
-    fields = (
-        ("data", bytes(data)),
-        ("media_type", media_type),
-        ("created_at", utcnow().isoformat()),
-    )
-    yield Batch(tuple(Call(("HSETNX", key, *pair)) for pair in fields), transaction=True)
+    # writer wins data and media type; created_at becomes the last put, what gc's
+    # grace period is measured from (skillstate.ops.gc).
+    fields = (("data", bytes(data)), ("media_type", media_type))
+    calls = tuple(Call(("HSETNX", key, *pair)) for pair in fields)
+    at = Call(("HSET", key, "created_at", utcnow().isoformat()))
+    yield Batch((*calls, at), transaction=True)
     return ref
 
 

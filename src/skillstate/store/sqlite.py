@@ -30,7 +30,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from functools import partial
@@ -48,6 +48,7 @@ from skillstate.errors import (
     TaskNotFound,
 )
 from skillstate.events import Event, utcnow
+from skillstate.store import sqlite_restore
 from skillstate.store.base import (
     Checkpoint,
     CheckpointInfo,
@@ -81,6 +82,7 @@ from skillstate.store.chain import (
 )
 from skillstate.store.heads import head_info
 from skillstate.store.inbox import encode_message, read_message
+from skillstate.store.restoring import plan_restore
 from skillstate.store.rewriting import Body, plan_rewrite
 
 __all__ = ["SQLiteStore"]
@@ -530,8 +532,12 @@ class SQLiteStore:
     def put_artifact(self, data: bytes, *, media_type: str = "application/octet-stream") -> str:
         ref = artifact_ref(data)
         with self._tx() as cur:
+            # created_at is the *last* put: gc spares an artifact put within its grace
+            # period, so a writer that puts it again right before committing a
+            # reference keeps it (skillstate.ops.gc).
             cur.execute(
-                "INSERT OR IGNORE INTO artifacts VALUES (?, ?, ?, ?)",
+                "INSERT INTO artifacts VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(ref) DO UPDATE SET created_at = excluded.created_at",
                 (ref, media_type, sqlite3.Binary(data), utcnow().isoformat()),
             )
         return ref
@@ -598,6 +604,42 @@ class SQLiteStore:
     def artifact_refs(self) -> list[str]:
         return [row[0] for row in self._all("SELECT ref FROM artifacts ORDER BY ref", ())]
 
+    def delete_task(self, task_id: str) -> bool:
+        """One transaction over every table, with ``secure_delete`` on so the freed pages
+        are zeroed, then the WAL truncated: the task's bytes leave the files too."""
+        check_task_id(task_id)
+        with self._erasing() as cur:
+            cur.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
+            found = cur.rowcount > 0
+            for table in ("versions", "leases", "inbox"):
+                cur.execute(f"DELETE FROM {table} WHERE task_id = ?", (task_id,))
+                found = found or cur.rowcount > 0
+        return found
+
+    def delete_artifact(self, ref: str, *, unused_since: datetime | None = None) -> bool:
+        with self._erasing() as cur:
+            row = cur.execute("SELECT created_at FROM artifacts WHERE ref = ?", (ref,)).fetchone()
+            if row is None:
+                return False
+            if unused_since is not None and datetime.fromisoformat(row[0]) >= unused_since:
+                return False
+            cur.execute("DELETE FROM artifacts WHERE ref = ?", (ref,))
+        return True
+
+    @contextmanager
+    def _erasing(self) -> Iterator[sqlite3.Cursor]:
+        """A write transaction whose deleted rows leave the files: ``secure_delete`` zeroes
+        the freed pages, and the WAL (which holds their old images) is truncated after."""
+        with self._lock:
+            self._conn.execute("PRAGMA secure_delete = ON")
+            try:
+                with self._tx() as cur:
+                    yield cur
+            finally:
+                self._conn.execute("PRAGMA secure_delete = OFF")
+                # Best effort: a reader on an old snapshot keeps the WAL until it ends.
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
     def replace_artifact(self, ref: str, data: bytes) -> None:
         with self._tx() as cur:
             cur.execute("UPDATE artifacts SET data = ? WHERE ref = ?", (sqlite3.Binary(data), ref))
@@ -634,6 +676,21 @@ class SQLiteStore:
             for seq, kind, body, at in rows
             if seq is not None
         ]
+
+    def restore(
+        self,
+        task_id: str,
+        checkpoints: Sequence[Checkpoint],
+        events: Sequence[Event],
+        inbox: Sequence[InboxMessage],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """One ``BEGIN IMMEDIATE`` transaction (:mod:`skillstate.store.sqlite_restore`)."""
+        plan = plan_restore(task_id, checkpoints, events, inbox, max_chain=self.max_chain)
+        with self._tx() as cur:
+            sqlite_restore.write_plan(cur, plan, overwrite=overwrite, url=self.url, pack=_pack)
+        return plan.version
 
     def close(self) -> None:
         with self._lock:

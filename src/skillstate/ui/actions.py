@@ -43,8 +43,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from skillstate.audit import Identity, acting, check_reason, current
 from skillstate.errors import AgentNotAllowed, Conflict, SkillstateError, UsageError
 from skillstate.ui import body
+from skillstate.ui.access import match
 from skillstate.ui.body import Refused
 from skillstate.ui.config import TOKEN_HEADER
 from skillstate.ui.masking import Masker
@@ -67,14 +69,16 @@ NO_TOKEN = (
     "this write needs the inspector's token (printed when skillstate ui --allow-edit "
     "started, or $SKILLSTATE_UI_TOKEN)"
 )
+NO_NAMED_TOKEN = "this write needs a write token of the inspector (X-Skillstate-Token)"
+READ_TOKEN = 'this token may read, not write: writes need a token with rights = "write"'
 FIELDS: dict[str, frozenset[str]] = {
-    "reply": frozenset({"text", "into"}),
-    "rollback": frozenset({"to", "effects", "children"}),
-    "fork": frozenset({"at", "new_id", "effects"}),
-    "set": frozenset({"assignments", "force"}),
+    "reply": frozenset({"text", "into", "reason"}),
+    "rollback": frozenset({"to", "effects", "children", "reason"}),
+    "fork": frozenset({"at", "new_id", "effects", "reason"}),
+    "set": frozenset({"assignments", "force", "reason"}),
     "approve": frozenset({"edits", "reason", "actor"}),
     "reject": frozenset({"reason", "actor"}),
-    "signal": frozenset({"name", "data"}),
+    "signal": frozenset({"name", "data", "reason"}),
 }
 """The fields each action takes (a form adds ``token``)."""
 
@@ -111,7 +115,7 @@ def approve(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any]
     of params, or ``PARAM=VALUE`` lines (a form's textarea, VALUE read as YAML)."""
     edits = _param_edits(fields.get("edits"))
     reason = _optional(fields, "reason")
-    actor = _optional(fields, "actor") or INSPECTOR
+    actor = _actor(ui, fields)
 
     def write(runtime: Runtime[Any]) -> AgentState:
         approved: AgentState = runtime.approve(task_id, edits=edits, actor=actor, reason=reason)
@@ -125,7 +129,7 @@ def reject(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any])
     """``skillstate reject ID --reason R [--actor A]``: commit the rejection, then keep
     running the task (its next decision sees the reason)."""
     reason = body.text(fields, "reason")
-    actor = _optional(fields, "actor") or INSPECTOR
+    actor = _actor(ui, fields)
 
     def write(runtime: Runtime[Any]) -> AgentState:
         rejected: AgentState = runtime.reject(task_id, reason=reason, actor=actor)
@@ -158,6 +162,18 @@ def signal(ui: UIState, source: Source, task_id: str, fields: Mapping[str, Any])
         return f"delivered signal {name} (inbox #{seq}); the task consumes it when it waits for it"
     _write_then_run(ui, source, task_id, lambda runtime: runtime.load(task_id))
     return f"delivered signal {name} (inbox #{seq}); the task continues"
+
+
+def _actor(ui: UIState, fields: Mapping[str, Any]) -> str:
+    """Who approves or rejects: a named token's name (a request naming someone else is
+    refused); with the single token, the actor the request names, else ``inspector``."""
+    named = _optional(fields, "actor")
+    stated = current()
+    if ui.config.tokens and stated is not None:
+        if named is not None and named != stated.by:
+            raise UsageError(f"this token acts as {stated.by!r}; leave actor out or give that")
+        return stated.by
+    return named or INSPECTOR
 
 
 def _optional(fields: Mapping[str, Any], name: str) -> str | None:
@@ -297,12 +313,22 @@ ACTIONS: dict[str, Callable[[UIState, Source, str, Mapping[str, Any]], str]] = {
 }
 
 
-def authorize(ui: UIState, given: str | None) -> None:
-    """Refuse a write unless edits are on (403) and ``given`` is the token (401)."""
+def authorize(ui: UIState, given: str | None) -> str | None:
+    """Refuse a write unless edits are on (403) and ``given`` is the token (401); with
+    named tokens, a write token (a read token: 403). Returns the named token's name
+    (``None``: the single token)."""
     if not ui.config.allow_edit:
         raise Refused(403, READ_ONLY, "ReadOnly")
+    if ui.config.tokens:
+        found = match(ui.config.tokens, given)
+        if found is None:
+            raise Refused(401, NO_NAMED_TOKEN, "TokenRequired")
+        if not found.can_write:
+            raise Refused(403, READ_TOKEN, "ReadToken")
+        return found.name
     if not ui.config.token_ok(given):
         raise Refused(401, NO_TOKEN, "TokenRequired")
+    return None
 
 
 def header_token(request: Request) -> str | None:
@@ -314,14 +340,19 @@ def header_token(request: Request) -> str | None:
     return given or None
 
 
-def perform(ui: UIState, request: Request, name: str, fields: Mapping[str, Any]) -> str:
-    """Run action ``name`` (the caller checked the token); a failure is raised, masked."""
+def perform(
+    ui: UIState, request: Request, name: str, fields: Mapping[str, Any], by: str | None = None
+) -> str:
+    """Run action ``name`` (the caller checked the token) as ``by`` (the named token's
+    name, else ``inspector``), recording its ``reason``; a failure is raised, masked."""
     action = ACTIONS[name]
     body.only(fields, FIELDS[name], name)
     source = ui.source(request)
     task_id = str(request.path_params["task_id"])
     try:
-        return action(ui, source, task_id, fields)
+        why = _optional(fields, "reason") if name not in ("approve", "reject") else None
+        with acting(Identity(by=by or INSPECTOR, reason=check_reason(why))):
+            return action(ui, source, task_id, fields)
     except SkillstateError as exc:
         from skillstate.ui.app import status_of
 
@@ -355,14 +386,14 @@ def _action(request: Request) -> str:
 async def api_action(request: Request) -> Response:
     """``POST /api/actions/NAME/ID`` with a JSON object: the token first, then the body."""
     ui: UIState = request.app.state.ui
-    authorize(ui, header_token(request))
+    by = authorize(ui, header_token(request))
     name = _action(request)
     if body.media_type(request) != "application/json":
         raise Refused(
             415, "send the fields as a JSON object, Content-Type: application/json", "MediaType"
         )
     fields = body.json_object(await body.read_body(request, ui.config.max_body))
-    message = await run_in_threadpool(perform, ui, request, name, fields)
+    message = await run_in_threadpool(perform, ui, request, name, fields, by)
     head = ui.store.load(str(request.path_params["task_id"]), verify=False).version
     return JSONResponse({"ok": True, "message": message, "version": head})
 
@@ -374,15 +405,15 @@ async def form_action(request: Request) -> Response:
         raise Refused(403, READ_ONLY, "ReadOnly")
     sent = header_token(request)
     if sent is not None:
-        authorize(ui, sent)  # before the body, as the API does
+        by = authorize(ui, sent)  # before the body, as the API does
     if body.media_type(request) != "application/x-www-form-urlencoded":
         raise Refused(415, "a form is sent as application/x-www-form-urlencoded", "MediaType")
     fields = body.form_fields(await body.read_body(request, ui.config.max_body))
     token = fields.pop("token", None)
     if sent is None:
-        authorize(ui, token)
+        by = authorize(ui, token)
     name = _action(request)
-    message = await run_in_threadpool(perform, ui, request, name, fields)
+    message = await run_in_threadpool(perform, ui, request, name, fields, by)
     task_id = str(request.path_params["task_id"])
     query = notice_query(ui.notice_key, task_id, message)
     return RedirectResponse(f"/tasks/{quote(task_id)}?{query}", status_code=303)

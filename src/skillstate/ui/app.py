@@ -215,7 +215,8 @@ async def _on_crash(request: Request, exc: Exception) -> Response:
 def create_app(config: UIConfig, store: Store | None = None) -> Starlette:
     """The inspector for ``config`` (``store`` instead of opening ``config.store_url``)."""
     from skillstate.store import open_store
-    from skillstate.ui import actions, api, pages, review
+    from skillstate.ui import actions, api, pages, review, spotchecks
+    from skillstate.ui.alerts import routes as alert_routes
     from skillstate.ui.params import WHOLE
 
     db = store if store is not None else open_store(config.store_url, create=False)
@@ -235,16 +236,24 @@ def create_app(config: UIConfig, store: Store | None = None) -> Starlette:
     routes: list[BaseRoute] = [
         *pages.routes(),
         *review.routes(),
+        *spotchecks.routes(),
         *task_routes,
         Mount(f"/r/{{report:{WHOLE}}}/{{run}}", routes=pages.task_routes()),
         Mount(f"/api/r/{{report:{WHOLE}}}/{{run}}", routes=api.task_routes()),
         *api.routes(),
         *actions.api_routes(),
+        *alert_routes(),  # GET /metrics (Prometheus)
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = []
     if config.hosts:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(config.hosts)))
+    if config.tokens:  # named tokens: every read needs one too (skillstate.ui.access)
+        from skillstate.ui.access import ReadGate
+        from skillstate.ui.access import routes as login_routes
+
+        middleware.append(Middleware(ReadGate, tokens=config.tokens))
+        routes.insert(0, *login_routes())
     handlers: dict[Any, Any] = {
         SkillstateError: _on_error,
         HTTPException: _on_error,

@@ -11,6 +11,10 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from skillstate.ui.access import NamedToken
 
 __all__ = ["MAX_BODY", "TOKEN_ENV", "UIConfig", "new_token"]
 
@@ -51,9 +55,13 @@ class UIConfig:
     """The largest write body accepted, in bytes."""
     hosts: tuple[str, ...] = field(default=("127.0.0.1", "localhost", "::1", "[::1]"))
     """Host headers accepted (DNS rebinding guard); empty accepts any."""
+    tokens: tuple[NamedToken, ...] = ()
+    """Named tokens (:mod:`skillstate.ui.access`): when any is given, every request needs
+    one, a write needs one with the write right, and :attr:`token` is not used."""
 
     def __post_init__(self) -> None:
-        if self.allow_edit and not self.token:
+        writers = any(t.can_write for t in self.tokens)
+        if self.allow_edit and not self.token and not writers:
             raise ValueError("allow_edit needs a token")
 
     @classmethod

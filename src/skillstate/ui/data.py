@@ -127,6 +127,9 @@ def list_tasks(
 
         listed = [head for head in heads if not is_reserved(head.task_id)]
         shown, page, pages = tree_page(listed, rows, page, size, lambda h: _row(h, now))
+    from skillstate.ui.alerts import with_alerts
+
+    shown = with_alerts(store, shown, {h.task_id: h for h in heads})  # badges: this page only
     return TaskPage(
         rows=shown,
         total=len(rows),
@@ -230,6 +233,10 @@ class StepRow:
     """Tokens that view was over its budget with everything hideable hidden."""
     view_peek: str | None = None
     """Ref of the raw evidence the view showed (an earlier ``load_evidence``)."""
+    by: str | None = None
+    """Who made a person's commit (:attr:`skillstate.events.Event.by`)."""
+    why: str | None = None
+    """Why they said they made it (:attr:`skillstate.events.Event.reason`), masked."""
 
     def as_json(self) -> dict[str, Any]:
         data = dict(vars(self).items())
@@ -293,6 +300,8 @@ def _step_row(event: Event, decision: int | None, masker: Masker) -> StepRow:
         view_budget=event.view_budget,
         view_overrun=event.view_overrun,
         view_peek=event.view_peek,
+        by=event.by,
+        why=masker.text(event.reason) if event.reason else None,
     )
 
 

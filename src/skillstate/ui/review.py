@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from skillstate.audit import Identity, acting, check_by
 from skillstate.errors import AgentNotAllowed, UsageError
 from skillstate.ui import body
 from skillstate.ui.actions import INSPECTOR, READ_ONLY, authorize, header_token
@@ -74,7 +75,8 @@ async def accept(request: Request) -> Response:
     body.only(fields, FIELDS["accept"], "accept")
     text = body.text(fields, "proposal")
     task_id = (fields.get("task_id") or "").strip() or None
-    actor = (fields.get("actor") or "").strip() or INSPECTOR
+    # A named token acts under its own name (skillstate.ui.access), whatever the form says.
+    actor = request.state.by or (fields.get("actor") or "").strip() or INSPECTOR
     try:
         task, message = await run_in_threadpool(_accept, ui, text, task_id, actor)
     except AgentNotAllowed:
@@ -92,14 +94,14 @@ async def _form(request: Request) -> tuple[UIState, dict[str, str]]:
         raise Refused(403, READ_ONLY, "ReadOnly")
     sent = header_token(request)
     if sent is not None:
-        authorize(ui, sent)
+        request.state.by = authorize(ui, sent)
     if body.media_type(request) != "application/x-www-form-urlencoded":
         raise Refused(415, "a form is sent as application/x-www-form-urlencoded", "MediaType")
     limit = max(ui.config.max_body, REVIEW_BODY)
     fields = body.form_fields(await body.read_body(request, limit))
     token = fields.pop("token", None)
     if sent is None:
-        authorize(ui, token)
+        request.state.by = authorize(ui, token)
     return ui, fields
 
 
@@ -140,9 +142,10 @@ def _accept(ui: UIState, text: str, task_id: str | None, actor: str) -> tuple[st
     proposal = load_proposal(text, what="the proposal")
     agent = _agent(ui, proposal)
     task = _new_task_id(agent, task_id)
-    state = accept_proposal(
-        ui.store, agent, proposal, task_id=task, actor=actor, what="the proposal"
-    )
+    with acting(Identity(by=check_by(actor, what="actor"))):
+        state = accept_proposal(
+            ui.store, agent, proposal, task_id=task, actor=actor, what="the proposal"
+        )
     return task, f"started from the reviewed proposal as version {state.version} by {actor}"
 
 
