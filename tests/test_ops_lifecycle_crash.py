@@ -18,6 +18,7 @@ from skillstate.audit import Identity
 from skillstate.errors import ArtifactNotFound, TaskNotFound
 from skillstate.ops.delete import delete_tasks, plan_deletion
 from skillstate.ops.gc import collect
+from skillstate.ops.retention import prune_older_than
 from skillstate.store import open_store
 from skillstate.store.base import Store
 from tests.contract.backends import (
@@ -222,3 +223,86 @@ def test_files_commit_waiting_on_the_lock_is_not_lost(tmp_path: Path) -> None:
     with pytest.raises(TaskNotFound):
         store.load("t")
     assert not (tmp_path / "files" / ".deleted-t-test" / "state_step_0002.yaml").exists()
+
+
+# Prunes "a", "b" and "c" by age in a child process; the second task's prune is
+# replaced by a wait that never ends, so the kill lands between two tasks' prunes.
+PRUNE_CHILD = """
+import pathlib, sys, time
+from datetime import datetime, timedelta, timezone
+from skillstate.ops.retention import prune_older_than
+from skillstate.store import open_store
+
+url, flag = sys.argv[1:3]
+store = open_store(url)
+real = store.prune
+calls = []
+
+def prune(task_id, **kwargs):
+    calls.append(task_id)
+    if len(calls) == 2:
+        pathlib.Path(flag).write_text(task_id)
+        while True:
+            time.sleep(0.05)
+    return real(task_id, **kwargs)
+
+store.prune = prune
+later = datetime.now(timezone.utc) + timedelta(days=1)
+prune_older_than(store, ["a", "b", "c"], older_than=timedelta(hours=1), keep_last=2, now=later)
+"""
+
+
+def test_killed_during_prune_older_than_leaves_every_task_whole(url: str, tmp_path: Path) -> None:
+    """kill -9 in the middle of ``prune --older-than`` over three tasks: the task pruned
+    before it keeps its newest two versions, the others all six; every kept version
+    loads, every head is untouched, and the re-run finishes the job."""
+    store = open_store(url)
+    try:
+        for task_id in ("a", "b", "c"):
+            write(store, task_id, 6)
+    finally:
+        store.close()
+    flag = tmp_path / "reached"
+    child = subprocess.Popen(
+        [sys.executable, "-c", PRUNE_CHILD, url, str(flag)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    try:
+        while not flag.exists():
+            if child.poll() is not None:
+                out = child.stdout.read().decode() if child.stdout else ""
+                pytest.fail(f"the child ended before the second prune: {out}")
+            if time.monotonic() > deadline:
+                pytest.fail("the child never reached the second prune")
+            time.sleep(0.02)
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if child.stdout:
+            child.stdout.close()
+    assert flag.read_text() == "b"
+
+    def kept(store: Store) -> dict[str, list[int]]:
+        versions = {}
+        for task_id in ("a", "b", "c"):
+            assert store.load(task_id).version == 6
+            versions[task_id] = [
+                store.checkpoint(task_id, c.version).state["version"]
+                for c in store.checkpoints(task_id)
+            ]
+        return versions
+
+    def whole_then_finished(store: Store) -> None:
+        assert kept(store) == {"a": [5, 6], "b": [1, 2, 3, 4, 5, 6], "c": [1, 2, 3, 4, 5, 6]}
+        later = datetime.now(timezone.utc) + timedelta(days=1)
+        prune_older_than(
+            store, ["a", "b", "c"], older_than=timedelta(hours=1), keep_last=2, now=later
+        )
+        assert kept(store) == {"a": [5, 6], "b": [5, 6], "c": [5, 6]}
+
+    _with(url, whole_then_finished)
