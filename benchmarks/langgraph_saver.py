@@ -24,9 +24,19 @@ Pairs, each on a fresh database:
 
 Timed per step (``perf_counter_ns``): ``put_writes`` + ``put`` ("step"), and ``put``
 alone. ``get``: median of 50 ``get_tuple`` of the thread's latest checkpoint at the end
-(warm). Ratios are ours / LangGraph's from the same run; below 1 is better for us.
-``--quick`` (20 steps, one run) finishes in seconds; the bytes are deterministic,
-timings on a shared machine move by tens of percent between runs.
+(warm). ``old first`` / ``old middle`` / ``old latest``: median of 50 ``get_tuple`` naming
+a checkpoint by its id (the first superstep's, the middle one's, the last one's),
+read in turn (so no position is read twice in a row), each checked to return that
+checkpoint's values. Ratios are ours / LangGraph's from the same run; below 1 is
+better for us. Repeats run the systems in interleaved rounds (ours, theirs, ours,
+...), and the median run is kept.
+
+Issue 30's targets, printed PASS/FAIL per SQLite cell against ``SqliteSaver
+(sync=NORMAL)`` (the same durability as our store): ``put`` p50 ≤ 1.5x; reading an
+old checkpoint (the worst of the three positions) ≤ 2x; bytes ≤ 0.7x. The load
+average is printed at the start and the end: on a busy machine the timings move
+by tens of percent between runs, the bytes never do. ``--quick`` (20 steps, one
+run) finishes in seconds.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import os
 import sqlite3
 import statistics
 import sys
@@ -63,6 +74,11 @@ from store_overhead import (  # the workloads and the superstep driver, shared
 )
 
 GETS = 50
+POSITIONS = ("first", "middle", "latest")
+"""Where the old checkpoints read by id sit in the thread."""
+TARGETS = {"put": 1.5, "old read": 2.0, "bytes": 0.7}
+"""Issue 30: skillstate / SqliteSaver (sync=NORMAL), at most."""
+TARGET_PEER = "SqliteSaver (sync=NORMAL)"
 
 
 @dataclass
@@ -76,9 +92,15 @@ class Run:
     step_ns: list[int] = field(default_factory=list)
     put_ns: list[int] = field(default_factory=list)
     get_ns: float = 0.0
+    old_ns: dict[str, float] = field(default_factory=dict)
+    """``get_tuple`` by checkpoint id, per position (:data:`POSITIONS`)."""
     stored: int = 0
     vacuumed: int | None = None
     """PostgreSQL: the bytes once dead tuples are gone (``VACUUM FULL``)."""
+
+    @property
+    def worst_old(self) -> float:
+        return max(self.old_ns.values(), default=0.0)
 
     @property
     def per_checkpoint(self) -> float:
@@ -121,12 +143,16 @@ def drive(run: Run, saver: Any, size: Callable[[], int], workload: Workload) -> 
     doc = workload.initial(thread_id)
     thread.start(doc)  # the input and first loop checkpoints: untimed on both sides
     timed.put_ns.clear()
+    wanted = {0: "first", run.steps // 2: "middle", run.steps - 1: "latest"}
+    marks: dict[str, tuple[Any, dict[str, Any]]] = {}
     for version in range(2, run.steps + 2):
         step = workload.next(doc, version)
         started = time.perf_counter_ns()
         thread.step(step, version - 1, str(uuid.uuid4()))
         run.step_ns.append(time.perf_counter_ns() - started)
         doc = step.doc
+        if version - 2 in wanted:
+            marks[wanted[version - 2]] = (thread.config, doc)
     run.put_ns = timed.put_ns
     run.stored = size() - empty
     config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
@@ -142,7 +168,26 @@ def drive(run: Run, saver: Any, size: Callable[[], int], workload: Workload) -> 
         saver.get_tuple(config)
         samples.append(time.perf_counter_ns() - started)
     run.get_ns = statistics.median(samples)
+    run.old_ns = read_old(run.system, saver, marks)
     return run
+
+
+def read_old(
+    system: str, saver: Any, marks: dict[str, tuple[Any, dict[str, Any]]]
+) -> dict[str, float]:
+    """Median ``get_tuple`` time of each marked checkpoint, named by its id."""
+    for position, (config, doc) in marks.items():
+        found = saver.get_tuple(config)
+        values = found.checkpoint["channel_values"] if found else {}
+        if any(values.get(k) != v for k, v in doc.items()):
+            raise RuntimeError(f"{system}: the {position} checkpoint does not read back as put")
+    samples: dict[str, list[int]] = {position: [] for position in marks}
+    for _ in range(GETS):
+        for position, (config, _doc) in marks.items():
+            started = time.perf_counter_ns()
+            saver.get_tuple(config)
+            samples[position].append(time.perf_counter_ns() - started)
+    return {position: statistics.median(times) for position, times in samples.items()}
 
 
 # ---------------------------------------------------------------------------- systems
@@ -270,8 +315,9 @@ def results_table(runs: list[Run]) -> Table:
     table = Table(
         "LangGraph savers, same workloads",
         ["backend", "workload", "steps", "system", "bytes/checkpoint", "after VACUUM FULL",
-         "step p50 (µs)", "put p50 (µs)", "get p50 (µs)"],
-        right={2, 4, 5, 6, 7, 8},
+         "step p50 (µs)", "put p50 (µs)", "get p50 (µs)",
+         *(f"old {p} (µs)" for p in POSITIONS)],
+        right=set(range(4, 9 + len(POSITIONS))) | {2},
     )  # fmt: skip
     for r in runs:
         table.rows.append(
@@ -285,9 +331,13 @@ def results_table(runs: list[Run]) -> Table:
                 fmt_us(p50(r.step_ns)),
                 fmt_us(p50(r.put_ns)),
                 fmt_us(r.get_ns),
+                *(fmt_us(r.old_ns.get(p)) for p in POSITIONS),
             ]
         )
     table.notes.append("step = put_writes + put of one superstep; get = get_tuple of the latest")
+    table.notes.append(
+        "old POSITION = get_tuple naming that checkpoint by id (first, middle, last)"
+    )
     table.notes.append(
         "postgres bytes count dead tuples until vacuumed: skillstate rewrites the thread's "
         "head row on every commit (the head is stored whole), LangGraph's saver only inserts"
@@ -308,8 +358,9 @@ def ratios_table(runs: list[Run]) -> Table:
             "step p50",
             "put p50",
             "get p50",
+            *(f"old {p}" for p in POSITIONS),
         ],
-        right={2, 4, 5, 6, 7, 8},
+        right=set(range(4, 9 + len(POSITIONS))) | {2},
     )
     ours = {(r.backend, r.workload, r.steps): r for r in runs if r.system == "skillstate"}
     for r in runs:
@@ -329,8 +380,50 @@ def ratios_table(runs: list[Run]) -> Table:
                 fmt_ratio(p50(mine.step_ns) / p50(r.step_ns)),
                 fmt_ratio(p50(mine.put_ns) / p50(r.put_ns)),
                 fmt_ratio(mine.get_ns / r.get_ns),
+                *(
+                    fmt_ratio(mine.old_ns[p] / r.old_ns[p]) if r.old_ns.get(p) else "-"
+                    for p in POSITIONS
+                ),
             ]
         )
+    return table
+
+
+def targets_table(runs: list[Run]) -> Table:
+    """Issue 30's targets, PASS or FAIL per SQLite cell."""
+    table = Table(
+        f"Issue 30 targets (skillstate / {TARGET_PEER}, same run)",
+        ["workload", "steps", "target", "skillstate", "SqliteSaver", "ratio", "limit", "result"],
+        right={1, 3, 4, 5, 6},
+    )
+    ours = {(r.workload, r.steps): r for r in runs if r.system == "skillstate"}
+    for peer in (r for r in runs if r.system == TARGET_PEER):
+        mine = ours.get((peer.workload, peer.steps))
+        if mine is None:
+            continue
+        worst = max(POSITIONS, key=lambda p: mine.old_ns[p] / peer.old_ns[p])
+        cells = {
+            "put": (p50(mine.put_ns), p50(peer.put_ns), fmt_us),
+            f"old read ({worst})": (mine.old_ns[worst], peer.old_ns[worst], fmt_us),
+            "bytes": (mine.per_checkpoint, peer.per_checkpoint, fmt_bytes),
+        }
+        for name, (value, theirs, fmt) in cells.items():
+            ratio = value / theirs if theirs else float("inf")
+            limit = TARGETS[name.split(" (")[0]]
+            table.rows.append(
+                [
+                    peer.workload,
+                    str(peer.steps),
+                    name,
+                    fmt(value),
+                    fmt(theirs),
+                    fmt_ratio(ratio),
+                    f"≤ {limit}x",
+                    "PASS" if ratio <= limit else "FAIL",
+                ]
+            )
+    table.notes.append("put and old reads in µs (p50), bytes per checkpoint")
+    table.notes.append("old read: the position (first, middle, latest) with the worst ratio")
     return table
 
 
@@ -375,9 +468,14 @@ def measure(args: argparse.Namespace, log: Console) -> tuple[list[Run], dict[str
                 skipped[name] = reason
                 continue
             for workload, steps in cells:
-                for system in (pair.ours, *pair.theirs):
-                    made = [system(work, workload, steps) for _ in range(args.repeat)]
-                    best = median_run(made)
+                systems = (pair.ours, *pair.theirs)
+                # Interleaved rounds: a burst of load hits every system, not one.
+                made: list[list[Run]] = [[] for _ in systems]
+                for _ in range(args.repeat):
+                    for i, system in enumerate(systems):
+                        made[i].append(system(work, workload, steps))
+                for each in made:
+                    best = median_run(each)
                     log.print(f"[dim]{name} {workload.name} {steps}: {best.system}[/]")
                     runs.append(best)
     return runs, skipped
@@ -387,8 +485,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     out = Console() if sys.stdout.isatty() else Console(width=200)
     log = Console(stderr=True)
+    load_start = os.getloadavg()
     runs, skipped = measure(args, log)
-    tables = [results_table(runs), ratios_table(runs)]
+    load_end = os.getloadavg()
+    tables = [results_table(runs), ratios_table(runs), targets_table(runs)]
+    load = (
+        f"load average (1, 5, 15 min): {_load(load_start)} at the start, "
+        f"{_load(load_end)} at the end; {os.cpu_count()} CPUs"
+    )
+    tables[-1].notes.append(load)
     if skipped:
         tables.append(Table("Skipped", ["backend", "reason"], [[k, v] for k, v in skipped.items()]))
     for table in tables:
@@ -396,6 +501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for note in table.notes:
             out.print(f"  [dim]{note}[/]")
         out.print()
+    verdicts = [row[-1] for row in tables[2].rows]
+    out.print(
+        f"targets: {verdicts.count('PASS')} PASS, {verdicts.count('FAIL')} FAIL "
+        f"of {len(verdicts)}; {load}"
+    )
     if args.markdown:
         command = "python benchmarks/langgraph_saver.py " + " ".join(
             sys.argv[1:] if argv is None else argv
@@ -404,6 +514,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         text += "\n\n" + "\n\n".join(t.markdown() for t in tables) + "\n"
         args.markdown.write_text(text, encoding="utf-8")
     return 0
+
+
+def _load(values: tuple[float, float, float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/store_drivers.py [--backends redis,postgres]
         [--writers 1,8] [--seconds 2] [--rounds 5] [--workload explicit]
-        [--markdown PATH] [--quick]
+        [--parts commits,steps] [--markdown PATH] [--quick]
 
 How much of a bare driver's speed our stores keep: commits per second of
 ``store.commit`` against the minimum equivalent durable work written straight with
@@ -74,10 +74,21 @@ Rounds: ``--rounds`` per cell, ours and bare interleaved (ours first in even rou
 bare first in odd ones); the table gives the median commits/s of each side, the
 median of the rounds' ratios (ours / bare: each round's two sides ran back to back,
 so a drift of the machine's speed cancels out of it; the targets are judged on it)
-and, for comparison, the ratio of the two medians. Targets (issue 13): Redis with one writer
->= 0.7x, PostgreSQL with 8 writers >= 0.8x of the bare loop; the other two cells are
-reported without a target. Timings on a shared 2-core machine move by tens of
-percent between runs; the interleaving and medians are there for that.
+and, for comparison, the ratio of the two medians. Targets (issue 30): ours >= 0.9x
+the bare loop on both backends with 1 and with 8 writers, one PASS/FAIL line per
+cell (issue 13 asked 0.7x for Redis with one writer, 0.8x for PostgreSQL with 8).
+Timings on a shared 2-core machine move by tens of percent between runs; the
+interleaving and medians are there for that, and the load average
+(``os.getloadavg``) is printed at the start and at the end.
+
+Whole steps (``--parts steps``, on by default; :mod:`store_drivers_step`): the
+stricter reading of the same target. Ours is a whole skillstate step, ``Runtime.run``
+of ``runtime_step.py``'s counter agent (a real verify, the lease on, so every commit
+is fenced), the bare side the same bare CAS loop writing the head and event such a
+step writes. Same writers, rounds, window and interleaving; the table gives steps/s
+against bare commits/s, and the PASS/FAIL lines (>= 0.9x) are marked as this
+reading. The engine's Python work per step is most of that gap (issue 30 works on
+it): this part measures it, it does not judge the store.
 """
 
 from __future__ import annotations
@@ -100,6 +111,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rich.console import Console
+from store_drivers_step import StepOurs, counter_steps
 from store_overhead import (
     POSTGRES_URL,
     REDIS_URL,
@@ -122,10 +134,17 @@ Steps = list[tuple[int, JsonDocument, Event]]
 WARM = 50
 """Commits per writer and round before the window opens (not counted; 10 with --quick)."""
 
-TARGETS = {("redis", 1): 0.7, ("postgres", 8): 0.8}
+TARGET = 0.9
+"""The least ours/bare ratio issue 30 asks for, on both backends, 1 and 8 writers."""
+
+TARGETS = {(b, w): TARGET for b in ("redis", "postgres") for w in (1, 8)}
 """(backend, writers) -> the least ours/bare ratio the issue asks for."""
 
+PARTS = ("commits", "steps")
+"""``commits``: store.commit against the bare loop; ``steps``: whole steps against it."""
+
 STEP_CAP = {("redis", 1): 15_000, ("redis", 8): 3_000, ("postgres", 1): 1_500}
+STEP_CAP_STEPS = {("redis", 1): 12_000, ("redis", 8): 2_000, ("postgres", 1): 1_000}
 """Most commits/s one writer is expected to reach: steps pre-built = cap x seconds."""
 STEP_CAP_DEFAULT = 1_000
 
@@ -370,6 +389,8 @@ def prepare(workload_name: str, task_id: str, count: int) -> tuple[Doc, Event, S
 class Job:
     system: str
     """``ours`` or ``bare``."""
+    part: str
+    """``commits`` (ours: store.commit) or ``steps`` (ours: whole steps)."""
     arg: str
     seconds: float
     """How long each writer commits after its warm-up."""
@@ -382,6 +403,8 @@ class Outcome:
     """``perf_counter`` after each commit."""
     cpu: float = 0.0
     """Process CPU seconds from the end of the warm-up to the last commit."""
+    cpu_from: int = -1
+    """Stamps before ``cpu`` started counting (-1: the warm-up's)."""
     error: str | None = None
 
 
@@ -392,18 +415,29 @@ class WriterSpec:
     task_id: str
     count: int
     """Steps to pre-build."""
+    part: str = "commits"
 
 
 def worker(spec: WriterSpec, jobs: Any, results: Any, barrier: Any) -> None:
     """A writer process: builds its steps once, then runs one job per round until None."""
     backend, task_id = BACKENDS[spec.backend], spec.task_id
-    doc, first, steps = prepare(spec.workload, task_id, spec.count)
+    try:
+        if spec.part == "steps":
+            doc, first, steps = counter_steps(task_id, spec.count)
+        else:
+            doc, first, steps = prepare(spec.workload, task_id, spec.count)
+    except Exception:
+        results.put(("ready", traceback.format_exc(limit=3)))
+        return
     results.put(("ready", None))
     while (job := jobs.get()) is not None:
         outcome = Outcome()
         writer: Writer | None = None
         try:
-            make = backend.ours if job.system == "ours" else backend.bare
+            if job.system == "bare":
+                make = backend.bare
+            else:
+                make = StepOurs if job.part == "steps" else backend.ours
             writer = make(job.arg)
             writer.start(task_id, doc, first)
         except Exception:
@@ -424,6 +458,9 @@ def worker(spec: WriterSpec, jobs: Any, results: Any, barrier: Any) -> None:
 
 def run_steps(writer: Writer, steps: Steps, job: Job, outcome: Outcome) -> None:
     """Commit ``steps`` until ``job.seconds`` after the warm-up (or until they run out)."""
+    if isinstance(writer, StepOurs):  # whole steps: the runtime commits
+        outcome.cpu, outcome.cpu_from = writer.loop(job.seconds, job.warm, outcome.stamps)
+        return
     clock, cpu_clock = time.perf_counter, time.process_time
     stamps = outcome.stamps
     deadline = float("inf")
@@ -459,7 +496,10 @@ def window_rate(outcomes: Sequence[Outcome], warm: int) -> RoundResult:
     if high <= low:
         raise RuntimeError("the writers never all ran at once (one finished first)")
     commits = sum(sum(1 for t in o.stamps if low < t <= high) for o in outcomes)
-    cpu = statistics.fmean(o.cpu / (len(o.stamps) - warm) * 1e6 for o in outcomes)
+    cpu = statistics.fmean(
+        o.cpu / max(1, len(o.stamps) - (warm if o.cpu_from < 0 else o.cpu_from)) * 1e6
+        for o in outcomes
+    )
     return RoundResult("", commits / (high - low), commits, high - low, cpu)
 
 
@@ -467,10 +507,11 @@ class Pool:
     """``writers`` worker processes for one backend, reused by every round."""
 
     def __init__(
-        self, backend: str, workload: str, writers: int, seconds: float, warm: int
+        self, backend: str, workload: str, writers: int, seconds: float, warm: int, *, part: str
     ) -> None:
         ctx = multiprocessing.get_context("spawn")
-        cap = STEP_CAP.get((backend, writers), STEP_CAP_DEFAULT)
+        caps = STEP_CAP_STEPS if part == "steps" else STEP_CAP
+        cap = caps.get((backend, writers), STEP_CAP_DEFAULT)
         count = max(warm * 4, int(cap * seconds) + warm)
         self.barrier = ctx.Barrier(writers + 1)
         self.results: Any = ctx.Queue()
@@ -479,7 +520,7 @@ class Pool:
             ctx.Process(
                 target=worker,
                 args=(
-                    WriterSpec(backend, workload, f"writer-{i}", count),
+                    WriterSpec(backend, workload, f"writer-{i}", count, part),
                     q,
                     self.results,
                     self.barrier,
@@ -490,8 +531,10 @@ class Pool:
         ]
         for proc in self.procs:
             proc.start()
-        for _ in self.procs:
-            self.results.get(timeout=600)
+        errors = [self.results.get(timeout=600)[1] for _ in self.procs]
+        if any(errors):
+            self.close()
+            raise RuntimeError(f"a writer could not prepare:\n{next(e for e in errors if e)}")
 
     def run(self, job: Job) -> list[Outcome]:
         for q in self.jobs:
@@ -518,6 +561,7 @@ class Pool:
 class CellResult:
     backend: str
     writers: int
+    part: str = "commits"
     rounds: dict[str, list[RoundResult]] = field(default_factory=dict)
 
     def median(self, system: str) -> float:
@@ -538,27 +582,29 @@ class CellResult:
 
 
 def measure_cell(
-    backend: Backend, writers: int, args: argparse.Namespace, log: Console
+    backend: Backend, writers: int, args: argparse.Namespace, log: Console, part: str
 ) -> CellResult:
     """``args.rounds`` interleaved rounds of ours and bare with ``writers`` writers."""
     seconds, rounds = args.seconds, args.rounds
-    cell = CellResult(backend.name, writers, {"ours": [], "bare": []})
-    pool = Pool(backend.name, args.workload, writers, seconds, args.warm)
+    cell = CellResult(backend.name, writers, part, {"ours": [], "bare": []})
+    pool = Pool(backend.name, args.workload, writers, seconds, args.warm, part=part)
     try:
         for index in range(rounds):
             order = ("ours", "bare") if index % 2 == 0 else ("bare", "ours")
             for system in order:
                 place = backend.place(system == "ours")
                 try:
-                    outcomes = pool.run(Job(system, place.arg, seconds, args.warm))
+                    outcomes = pool.run(Job(system, part, place.arg, seconds, args.warm))
                 finally:
                     place.drop()
                 result = window_rate(outcomes, args.warm)
                 result.system = system
                 cell.rounds[system].append(result)
+                unit = "steps/s" if part == "steps" and system == "ours" else "commits/s"
                 log.print(
-                    f"[dim]{backend.name} x{writers} round {index + 1}/{rounds} {system}: "
-                    f"{result.per_second:,.0f} commits/s, client CPU {result.cpu_us:.0f} µs[/]"
+                    f"[dim]{part}: {backend.name} x{writers} round {index + 1}/{rounds} "
+                    f"{system}: {result.per_second:,.0f} {unit}, "
+                    f"client CPU {result.cpu_us:.0f} µs[/]"
                 )
     finally:
         pool.close()
@@ -568,19 +614,26 @@ def measure_cell(
 # ---------------------------------------------------------------------------- report
 
 
-def build_tables(
-    cells: list[CellResult], skipped: dict[str, str], failed: dict[str, str]
-) -> list[Table]:
+def _results_table(cells: list[CellResult], part: str) -> Table:
+    steps = part == "steps"
+    ours = "ours steps/s" if steps else "ours commits/s"
+    per = "ours µs/step" if steps else "ours µs/commit"
+    title = (
+        "Whole step / bare CAS write of the same head (steps/s vs commits/s, "
+        "median of interleaved rounds)"
+        if steps
+        else "Ours / bare driver loop (commits/s, median of interleaved rounds)"
+    )
     results = Table(
-        "Ours / bare driver loop (commits/s, median of interleaved rounds)",
+        title,
         [
             "backend",
             "writers",
-            "ours commits/s",
+            ours,
             "bare commits/s",
             "ours / bare",
             "ratio of medians",
-            "ours µs/commit",
+            per,
             "bare µs/commit",
             "client CPU ours (µs)",
             "client CPU bare (µs)",
@@ -589,16 +642,18 @@ def build_tables(
         right={1, 2, 3, 4, 5, 6, 7, 8, 9},
     )
     for cell in cells:
-        ours, bare = cell.median("ours"), cell.median("bare")
+        if cell.part != part:
+            continue
+        mine, bare = cell.median("ours"), cell.median("bare")
         results.rows.append(
             [
                 cell.backend,
                 str(cell.writers),
-                f"{ours:,.0f}",
+                f"{mine:,.0f}",
                 f"{bare:,.0f}",
                 f"{cell.ratio:.3f}x",
                 f"{cell.ratio_of_medians:.3f}x",
-                f"{cell.writers / ours * 1e6:,.0f}",
+                f"{cell.writers / mine * 1e6:,.0f}",
                 f"{cell.writers / bare * 1e6:,.0f}",
                 f"{cell.cpu('ours'):,.0f}",
                 f"{cell.cpu('bare'):,.0f}",
@@ -608,40 +663,67 @@ def build_tables(
                 ),
             ]
         )
-    results.notes.append(
-        "ours / bare = the median over rounds of each round's ratio (the two sides of a "
-        "round ran back to back, so drift of this machine's speed cancels); the targets "
-        "are judged on it. Ratio of medians = median ours commits/s / median bare."
-    )
+    if steps:
+        results.notes.append(
+            "The stricter reading of the issue-30 target: a whole step (Runtime.run of the "
+            "counter agent, real verify, lease on: fenced commits) per second against the "
+            "bare CAS loop writing the same head and event. The engine's Python work per "
+            "step is most of the gap; it is measured here, not judged as the store's."
+        )
+    else:
+        results.notes.append(
+            "ours / bare = the median over rounds of each round's ratio (the two sides of a "
+            "round ran back to back, so drift of this machine's speed cancels); the targets "
+            "are judged on it. Ratio of medians = median ours commits/s / median bare."
+        )
     results.notes.append(
         "µs/commit = writers / commits/s (wall time per commit of one writer); client "
         "CPU = the writer process's CPU time per commit (median over rounds of the "
         "writers' mean)"
     )
+    return results
+
+
+def build_tables(
+    cells: list[CellResult],
+    skipped: dict[str, str],
+    failed: dict[str, str],
+    parts: Sequence[str] = ("commits",),
+) -> list[Table]:
+    tables = [_results_table(cells, part) for part in PARTS if part in parts]
     verdicts = Table("Targets", ["target", "measured", "result"])
-    for cell in cells:
-        target = TARGETS.get((cell.backend, cell.writers))
-        if target is None:
+    for part in PARTS:
+        if part not in parts:
             continue
-        verdicts.rows.append(
-            [
-                f"{cell.backend}, {cell.writers} writer(s): ours ≥ {target}x bare",
-                f"{cell.ratio:.3f}x",
-                "PASS" if cell.ratio >= target else "FAIL",
-            ]
-        )
-    for (backend, writers), target in TARGETS.items():
-        if not any(c.backend == backend and c.writers == writers for c in cells):
-            why = skipped.get(backend) or failed.get(f"{backend} x{writers}") or "not asked for"
-            verdicts.rows.append(
-                [f"{backend}, {writers} writer(s): ours ≥ {target}x bare", why, "n/a"]
+        what = "whole step" if part == "steps" else "store.commit"
+        reading = " (stricter reading)" if part == "steps" else ""
+        for (backend, writers), target in TARGETS.items():
+            label = f"{backend}, {writers} writer(s): {what} ≥ {target}x bare{reading}"
+            cell = next(
+                (c for c in cells if (c.backend, c.writers, c.part) == (backend, writers, part)),
+                None,
             )
-    tables = [results, verdicts]
+            if cell is None:
+                key = f"{backend} x{writers}" + (" steps" if part == "steps" else "")
+                why = skipped.get(backend) or failed.get(key) or "not asked for"
+                verdicts.rows.append([label, why.splitlines()[-1], "n/a"])
+            else:
+                result = "PASS" if cell.ratio >= target else "FAIL"
+                verdicts.rows.append([label, f"{cell.ratio:.3f}x", result])
+    tables.append(verdicts)
     problems = [[k, "skipped", v] for k, v in skipped.items()]
     problems += [[k, "FAILED", v.splitlines()[-1]] for k, v in failed.items()]
     if problems:
         tables.append(Table("Skipped or failed", ["what", "status", "reason"], problems))
     return tables
+
+
+def load_average() -> str:
+    """The 1/5/15-minute load averages, as printed with the results."""
+    with contextlib.suppress(OSError, AttributeError):
+        one, five, fifteen = os.getloadavg()
+        return f"{one:.2f} / {five:.2f} / {fifteen:.2f}"
+    return "n/a"
 
 
 def _environment() -> str:
@@ -670,10 +752,11 @@ def _environment() -> str:
     return ", ".join(parts)
 
 
-def render_markdown(command: str, tables: list[Table]) -> str:
+def render_markdown(command: str, tables: list[Table], loads: tuple[str, str]) -> str:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["## Store drivers", "", "```bash", f".venv/bin/{command}", "```", ""]
     lines += [f"Run {now}; {_environment()}.", ""]
+    lines += [f"Load average (1/5/15 min): {loads[0]} at the start, {loads[1]} at the end.", ""]
     for table in tables:
         lines += [table.markdown(), ""]
     return "\n".join(lines)
@@ -690,12 +773,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=None, help="per side and cell (default 5)")
     parser.add_argument("--workload", choices=sorted(WORKLOADS), default="explicit")
     parser.add_argument("--markdown", type=Path, default=None, help="also write markdown here")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help="commits (store.commit vs bare), steps (whole steps vs bare); default both",
+    )
     parser.add_argument("--quick", action="store_true", help="one short round per cell")
     args = parser.parse_args(argv)
     args.seconds = args.seconds or (0.3 if args.quick else 2.0)
     args.rounds = max(1, args.rounds or (1 if args.quick else 5))
     args.warm = 10 if args.quick else WARM
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not args.parts or any(p not in PARTS for p in args.parts):
+        parser.error(f"--parts takes {', '.join(PARTS)}, not {','.join(args.parts)!r}")
     unknown = [b for b in args.backends if b not in BACKENDS]
     if unknown:
         parser.error(f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(BACKENDS)}")
@@ -718,25 +809,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     cells: list[CellResult] = []
     skipped: dict[str, str] = {}
     failed: dict[str, str] = {}
-    for name in args.backends:
-        backend = BACKENDS[name]
-        reason = backend.probe()
-        if reason:
-            skipped[name] = reason
-            continue
-        for writers in args.writers:
-            try:
-                cells.append(measure_cell(backend, writers, args, log))
-            except Exception as exc:
-                failed[f"{name} x{writers}"] = f"{type(exc).__name__}: {exc}"
-    tables = build_tables(cells, skipped, failed)
+    start_load = load_average()
+    out.print(f"load average (1/5/15 min) at the start: {start_load}")
+    for part in (p for p in PARTS if p in args.parts):
+        for name in args.backends:
+            backend = BACKENDS[name]
+            reason = backend.probe()
+            if reason:
+                skipped[name] = reason
+                continue
+            for writers in args.writers:
+                try:
+                    cells.append(measure_cell(backend, writers, args, log, part))
+                except Exception as exc:
+                    key = f"{name} x{writers}" + (" steps" if part == "steps" else "")
+                    failed[key] = f"{type(exc).__name__}: {exc}"
+    end_load = load_average()
+    tables = build_tables(cells, skipped, failed, args.parts)
     for table in tables:
         out.print(table.rich())
         for note in table.notes:
             out.print(f"  [dim]{note}[/]")
         out.print()
+    out.print(f"load average (1/5/15 min): {start_load} at the start, {end_load} at the end")
     if args.markdown:
-        args.markdown.write_text(render_markdown(command, tables), encoding="utf-8")
+        text = render_markdown(command, tables, (start_load, end_load))
+        args.markdown.write_text(text, encoding="utf-8")
         log.print(f"markdown written to {args.markdown}")
     return 1 if failed else 0
 

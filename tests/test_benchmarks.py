@@ -97,6 +97,12 @@ def test_store_drivers_quick_run(tmp_path: Path) -> None:
     assert "### Targets" in text
     for backend in ("redis", "postgres"):
         assert f"| {backend} | 1 |" in text or f"| {backend} | skipped |" in text
+    # Issue 30: a target line per backend x writers, for commits and for whole steps.
+    assert text.count("store.commit ≥ 0.9x bare |") == 4
+    assert text.count("whole step ≥ 0.9x bare (stricter reading) |") == 4
+    assert "Whole step / bare CAS write of the same head" in text
+    assert "Load average (1/5/15 min):" in text
+    assert "load average (1/5/15 min)" in result.stdout
 
 
 RUNTIME_STEP = ROOT / "benchmarks" / "runtime_step.py"
@@ -112,6 +118,39 @@ def test_runtime_step_quick_run(tmp_path: Path) -> None:
     for needle in ("skillstate", "memory", "sqlite"):
         assert needle in text, needle
     assert "PASS" in text or "FAIL" in text  # the target lines were computed
+
+
+STEP_FLOOR = ROOT / "benchmarks" / "step_floor.py"
+
+
+def test_step_floor_quick_run(tmp_path: Path) -> None:
+    """The step-against-the-floor benchmark's smoke run: every subject, every target line
+    (Burr's rows need the bench extra; without it they say so)."""
+    markdown = tmp_path / "step_floor.md"
+    args = ["--quick", "--profile", "--markdown", str(markdown)]
+    result = run_benchmark(*args, script=STEP_FLOOR, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    text = markdown.read_text(encoding="utf-8")
+    for needle in (
+        "skillstate sqlite",
+        "skillstate memory",
+        "bare SQLite head write",
+        "Load average",
+        "at depth 200 ≤ 1.1x at depth 50",
+        "share of a step",
+    ):
+        assert needle in text, needle
+    assert text.count("PASS:") + text.count("FAIL:") + text.count("SKIP:") == 7
+    if importlib.util.find_spec("burr") is not None:
+        assert "burr + SQLLitePersister (WAL, NORMAL)" in text
+        assert "SKIP:" not in text
+
+
+def test_step_floor_bad_depths_is_a_usage_error() -> None:
+    result = run_benchmark("--depths", "ten", script=STEP_FLOOR)
+    assert result.returncode == 2
+    assert "--depths takes whole numbers" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 WORKERS = ROOT / "benchmarks" / "workers.py"
@@ -166,6 +205,12 @@ def test_langgraph_saver_quick_run(tmp_path: Path) -> None:
         assert f"| sqlite | {workload} | 20 | skillstate |" in text
         assert f"| sqlite | {workload} | 20 | SqliteSaver |" in text
     assert text.count("x |") >= 8  # ratios were computed, not left as "-"
+    assert "### Issue 30 targets" in text
+    for target in ("| put |", "| old read (", "| bytes |"):
+        assert text.count(target) == 2, target  # one line per workload
+    assert text.count("| PASS |") + text.count("| FAIL |") == 6
+    assert "load average" in text
+    assert "load average" in result.stdout
 
 
 WORKERS_CHAOS = ROOT / "benchmarks" / "workers_chaos.py"

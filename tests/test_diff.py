@@ -130,3 +130,27 @@ def test_changed_keys_are_the_only_ones_serialized_again() -> None:
     # A `before` the differ did not produce: everything is compared, the hint ignored.
     patch, _ = Differ().diff({"a": [1, 2], "b": {"x": 1}}, {"a": [1, 2], "b": {"x": 2}}, changed=())
     assert patch == [{"op": "replace", "path": "/b/x", "value": 2}]
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents, st.lists(st.lists(json_values, min_size=6, max_size=6), min_size=1, max_size=4))
+def test_a_chain_with_changed_keys_matches_a_full_diff(
+    first: dict[str, Any], steps: list[list[Any]]
+) -> None:
+    """The fast path (same keys, only ``changed`` may differ) gives the full diff's patch
+    and text at every step, whichever of the changed keys really changed."""
+    fast, full = Differ(), Differ()
+    _, current = fast.diff({}, first)
+    _, reference = full.diff({}, first)
+    keys = list(first)
+    for values in steps:
+        changed = set(keys[::2])  # every other key may change; the rest stay
+        nxt = {k: (values[i] if k in changed else first[k]) for i, k in enumerate(keys)}
+        patch, document = fast.diff(current, nxt, changed=changed)
+        expected, expected_doc = full.diff(reference, nxt)
+        assert patch == expected
+        assert document.text == expected_doc.text == dumps(nxt)
+        assert json.dumps(apply_patch(copy.deepcopy(dict(current)), patch), sort_keys=True) == (
+            json.dumps(nxt, sort_keys=True)
+        )
+        current, reference = document, expected_doc

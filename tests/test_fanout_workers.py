@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from benchmarks.fanout import Run, Workers, run_fanout
 
+from skillstate.errors import TaskNotFound
 from skillstate.store.base import Store
 from tests.contract.backends import (
     drop_postgres_schemas,
@@ -70,7 +71,10 @@ class Killer:
             if lease is None:
                 continue
             pid = _pid(lease.worker)
-            version = store.load(child, verify=False).version
+            try:
+                version = store.load(child, verify=False).version
+            except TaskNotFound:  # leased while it is created (Runtime.start holds it)
+                continue
             if pid in alive and version > 1 and lease.live():
                 fleet.kill(pid)
                 fleet.start()

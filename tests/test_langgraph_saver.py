@@ -11,6 +11,7 @@ inspector, a real graph interrupted and resumed from the store, concurrency.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import uuid
@@ -434,6 +435,60 @@ def test_writes_before_their_checkpoint_and_after_the_next_are_kept() -> None:
     assert latest is not None
     assert latest.config == second
     assert saver.store.load("langgraph:t").version == 4
+
+
+def test_old_checkpoints_read_by_id_on_a_long_thread(tmp_path: Path) -> None:
+    """Any checkpoint named by id reads back as put, with its own writes, from the
+    saver that wrote it and from a fresh one (which has no index or head in memory);
+    what it returns is the caller's to change."""
+    url = f"sqlite:///{tmp_path / 'graph.db'}"
+    puts: list[tuple[Any, dict[str, Any]]] = []
+    with contextlib.ExitStack() as stack:
+        saver = stack.enter_context(SkillstateSaver.from_url(url))
+        config = _config("t")
+        for n in range(40):
+            values = {"n": n, "facts": {"k": [n, "$lg", 2**40]}, "text": "x" * (n % 7)}
+            versions = dict.fromkeys(values, n + 1)
+            config = saver.put(config, _checkpoint(values, versions), {"step": n}, versions)
+            saver.put_writes(config, [("n", n + 1), ("text", f"w{n}")], f"task-{n}")
+            puts.append((config, values))
+        fresh = stack.enter_context(SkillstateSaver.from_url(url))
+        for reader in (saver, fresh):
+            for config, values in (puts[0], puts[17], puts[-1], puts[5]):
+                got = reader.get_tuple(config)
+                assert got is not None
+                assert got.config == config
+                assert got.checkpoint["channel_values"] == values
+                n = values["n"]
+                assert got.pending_writes == [
+                    (f"task-{n}", "n", n + 1),
+                    (f"task-{n}", "text", f"w{n}"),
+                ]
+                got.checkpoint["channel_values"]["facts"]["k"].append("changed")
+                again = reader.get_tuple(config)
+                assert again is not None
+                assert again.checkpoint["channel_values"] == values
+            assert reader.get_tuple(_config("t", "not-a-checkpoint")) is None
+            assert (
+                reader.get_tuple(_config("nobody", puts[0][0]["configurable"]["checkpoint_id"]))
+                is None
+            )
+
+
+def test_a_thread_deleted_from_the_store_and_made_again_reads_right() -> None:
+    """A reader whose index knew the old task starts over when its history is gone."""
+    store = MemoryStore()
+    reader, writer = SkillstateSaver(store), SkillstateSaver(store)
+    config = _config("t")
+    for n in range(6):
+        config = writer.put(config, _checkpoint({"n": n}, {"n": n + 1}), {}, {"n": n + 1})
+    assert reader.get_tuple(config) is not None  # the reader's index has 6 versions
+    store.delete_task("langgraph:t")
+    again = writer.put(_config("t"), _checkpoint({"n": 99}, {"n": 1}), {}, {"n": 1})
+    got = reader.get_tuple(again)
+    assert got is not None
+    assert got.checkpoint["channel_values"] == {"n": 99}
+    assert reader.get_tuple(config) is None
 
 
 def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:

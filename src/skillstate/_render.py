@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from skillstate.engine.doctor import DoctorReport
     from skillstate.engine.replay import Attribution
     from skillstate.engine.replay import Step as TimelineStep
-    from skillstate.engine.runtime import StepReport
+    from skillstate.engine.results import StepReport
     from skillstate.engine.transcript import DecisionTokens
     from skillstate.events import Event
     from skillstate.llm.base import Prices

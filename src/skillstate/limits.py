@@ -54,6 +54,14 @@ DEFAULT_LIMITS = Limits()
 
 def problem(value: Any, *, chars: int, depth: int) -> str | None:
     """What makes ``value`` unfit for a card (too long, too deep, unstorable), or None."""
+    kind = type(value)
+    if kind is str and len(value) * 6 + 2 <= chars:
+        # Most written values are short text or numbers: no JSON text is needed to
+        # know they fit (an escape is at most 6 characters: ``\uXXXX``).
+        return _scalar(value)
+    if kind is int or kind is bool or value is None:
+        found = _scalar(value)
+        return found if found is not None or len(str(value)) <= chars else _too_long(value, chars)
     found = _walk(value, depth)
     if found is not None:
         return found
@@ -66,6 +74,10 @@ def problem(value: Any, *, chars: int, depth: int) -> str | None:
     if size > chars:
         return f"it is {size:,} characters long (the limit is {chars:,})"
     return None
+
+
+def _too_long(value: Any, chars: int) -> str:
+    return f"it is {len(str(value)):,} characters long (the limit is {chars:,})"
 
 
 def _walk(value: Any, limit: int) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -34,8 +34,10 @@ from skillstate.engine.actions import (
     WaitUntil,
 )
 from skillstate.engine.agent import Agent, PerTask
-from skillstate.engine.draft import Draft, decision, reject
+from skillstate.engine.attempted import Attempt, give_up, succeeded
+from skillstate.engine.draft import Draft, reject
 from skillstate.engine.evidence import load_evidence
+from skillstate.engine.plain_actions import ask_user, check_not_stranded, fail, finish, revise
 from skillstate.errors import (
     ActionRejected,
     IllegalTransition,
@@ -47,21 +49,17 @@ from skillstate.errors import (
     ToolApprovalNeeded,
     ToolNotAllowed,
 )
-from skillstate.events import SkillTransition, ToolCall, Verdict
-from skillstate.fanout.spawn import spawn_draft, spawn_problem, spawned_by
+from skillstate.events import ToolCall
+from skillstate.fanout.spawn import spawn_draft, spawn_problem
 from skillstate.limits import problem
 from skillstate.memory.runtime import bound_scopes, write_problem
 from skillstate.shared.access import Sharing
 from skillstate.skills.binding import check_bound
 from skillstate.skills.handles import resolve_handles
-from skillstate.skills.skill import Outcome, Skill, SkillContext, VerifyContext
-from skillstate.state.depends import can_go_stale, undo_values
+from skillstate.skills.skill import Skill, SkillContext, VerifyContext
 from skillstate.state.model import (
     AgentState,
     ErrorEntry,
-    ErrorKind,
-    StepRecord,
-    TaskStatus,
     ToolApproval,
 )
 from skillstate.state.protect import open_params, secret_texts
@@ -70,20 +68,6 @@ from skillstate.store.base import Store
 from skillstate.store.sealing import write_artifact
 
 __all__ = ["Acting", "Attempt"]
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One run (or probe) of a skill, verified: what it proposed and what was wrong."""
-
-    outcome: Outcome | None
-    candidate: AgentState
-    verdict: Verdict | None
-    failure: tuple[ErrorKind, str] | None
-    """``(kind, message)`` when the attempt failed."""
-    permanent: bool = False
-    trace: str | None = None
-    """Ref of the artifact holding the traceback, when the skill or verify raised."""
 
 
 class RedactorFor(Protocol):
@@ -114,7 +98,7 @@ class Acting:
                     state, action, skill, params=params, target=target, step_id=step_id
                 )
             if isinstance(action, AskUser):
-                return self._ask_user(state, action, step_id)
+                return ask_user(self.agent, state, action, step_id)
             if isinstance(action, WaitUntil | WaitFor):
                 return start_wait(self.agent, state, action, step_id)
             if isinstance(action, LoadEvidence):
@@ -122,10 +106,10 @@ class Acting:
             if isinstance(action, Spawn | Map):  # skillstate.fanout
                 return spawn_draft(self.agent, state, action, step_id)
             if isinstance(action, Finish):
-                return self._finish(state, action, step_id)
+                return finish(self.agent, state, action, step_id)
             if isinstance(action, Revise):
-                return self._revise(state, action, step_id)
-            return self._fail(state, action, step_id)
+                return revise(self.agent, state, action, step_id)
+            return fail(state, action, step_id)
         except IllegalTransition as exc:
             return reject(state, step_id, "illegal_transition", str(exc), _skill_of(action))
         except ActionRejected as exc:
@@ -153,7 +137,7 @@ class Acting:
         if target is not None:
             self.agent.machine.check(state.current_step, target)
             if action.next_step is not None:
-                self._check_not_stranded(state, target)
+                check_not_stranded(self.agent, state, target)
         return skill, params, target or state.current_step
 
     def parse_params(
@@ -217,12 +201,13 @@ class Acting:
                 raise
             calls += ctx.calls
             if result.failure is None:
-                draft = self._succeeded(
+                draft = succeeded(
+                    self.agent,
                     state,
                     action,
                     skill,
                     result,
-                    ctx,
+                    ctx=ctx,
                     target=target,
                     record_id=record_id,
                     attempt=number,
@@ -246,7 +231,7 @@ class Acting:
             if kind == "output_not_declared" or result.permanent:
                 break  # a contract bug, or a verify that says retrying cannot help
         outcome = result.outcome if result is not None else None
-        draft = self._give_up(
+        draft = give_up(
             state,
             action,
             skill,
@@ -262,6 +247,8 @@ class Acting:
     def param_secrets(self, state: AgentState, params: BaseModel) -> tuple[str, ...]:
         """Plaintext of the ``params`` leaves the agent's redaction policy masks: masked
         exactly wherever the step's text goes (a verify reason quoting a password)."""
+        if not type(params).model_fields:
+            return ()  # NoParams: nothing to find, and no redactor to build
         return secret_texts(params.model_dump(mode="json"), self.redactor(state))
 
     def attempt(
@@ -410,253 +397,6 @@ class Acting:
             ctx.gate = ToolGate(skill.name, state, gates, approved)
         return ctx
 
-    def _succeeded(
-        self,
-        state: AgentState,
-        action: CallSkill,
-        skill: Skill[Any, Any],
-        result: Attempt,
-        ctx: SkillContext,
-        *,
-        target: str,
-        record_id: str,
-        attempt: int,
-        calls: list[ToolCall],
-    ) -> Draft:
-        outcome = result.outcome
-        writes = outcome.writes if outcome else {}
-        transition = None
-        if skill.name != state.active_skill:
-            transition = SkillTransition(
-                from_skill=state.active_skill, to_skill=skill.name, reason=action.reason
-            )
-        stale_ready = can_go_stale(
-            reads=skill.reads or None,
-            writes=tuple(writes),
-            fingerprints=ctx.fingerprints,
-            window=state.completed_steps,
-        )
-        record = StepRecord(
-            id=record_id,
-            step=target,
-            action="call_skill",
-            skill=skill.name,
-            summary=outcome.summary if outcome else "",
-            fingerprints=tuple(ctx.fingerprints),
-            # Only a step that can go stale needs to know what its writes replaced.
-            undo=undo_values(state, writes) if stale_ready else None,
-            # What a later staleness check needs, for the steps it concerns only.
-            reads=(skill.reads or None) if stale_ready else None,
-            writes=tuple(writes) if stale_ready else None,
-        )
-        after = (
-            result.candidate.with_evidence(outcome.evidence if outcome else ())
-            .replace(
-                status=TaskStatus.RUNNING,
-                current_step=target,
-                active_skill=skill.name,
-                last_decision=decision(action, skill.name),
-                inputs=(),  # a decision that worked has used the replies it saw
-                question=None,
-            )
-            .with_step(record)
-        )
-        after = spawned_by(self.agent, state, after, ctx.spawned)  # ctx.spawn: fanout
-        return Draft(
-            after=after,
-            step_id=record.id,
-            skill=skill,
-            verdict=result.verdict,
-            attempts=attempt,
-            tool_calls=tuple(calls),
-            transition=transition,
-            found_by_probe=ctx.found_by_probe,
-            remembered=tuple(ctx.remembered),  # verified: the commit writes them
-            shared=ctx.sharing.changes() if ctx.sharing else (),  # skillstate.shared
-        )
-
-    def _give_up(
-        self,
-        state: AgentState,
-        action: CallSkill,
-        skill: Skill[Any, Any],
-        *,
-        step_id: str,
-        errors: list[ErrorEntry],
-        calls: list[ToolCall],
-        outcome: Outcome | None,
-        ctx: SkillContext | None,
-    ) -> Draft:
-        last = errors[-1]
-        rolled_back = "no rollback declared"
-        compensated = False
-        if skill.has_rollback and ctx is not None:
-            ctx.gate = None  # undoing a failed attempt does not wait for a person
-            try:
-                skill.rollback(state, outcome, ctx)
-                rolled_back = "rolled back"
-                compensated = True
-            except Exception as exc:
-                rolled_back = f"rollback failed: {type(exc).__name__}: {exc}"
-                errors.append(
-                    last.model_copy(update={"kind": "rollback_failed", "message": str(exc)})
-                )
-        summary = ErrorEntry(
-            kind="step_failed",
-            message=f"{skill.name} failed after {last.attempt} attempt(s): {last.message}; "
-            f"{rolled_back}",
-            step_id=step_id,
-            skill=skill.name,
-            attempt=last.attempt,
-            max_attempts=last.max_attempts,
-            permanent=last.permanent,
-        )
-        after = state
-        for entry in (*errors, summary):
-            after = after.with_error(entry)
-        after = after.replace(
-            status=TaskStatus.RUNNING, last_decision=decision(action, skill.name)
-        )  # the replies stay: the next decision may use them
-        return Draft(
-            after=after,
-            step_id=step_id,
-            skill=skill,
-            verdict=Verdict.failed(last.message, permanent=last.permanent),
-            attempts=last.attempt,
-            tool_calls=tuple(calls),
-            error=summary.message,
-            failed=last.message,
-            compensated=compensated,
-            judged=_judged(last),
-        )
-
-    # ------------------------------------------------------------------ other actions
-
-    def _ask_user(self, state: AgentState, action: AskUser, step_id: str) -> Draft:
-        if not self.agent.can_ask:
-            # Any policy, not only a model's: an unattended task never waits.
-            message = "ask_user is not available: this agent runs unattended"
-            return reject(state, step_id, "action_rejected", message, None)
-        target = action.next_step or state.current_step
-        if action.next_step is not None:
-            self.agent.machine.check(state.current_step, target)
-            self._check_not_stranded(state, target)
-        record = StepRecord(
-            id=f"{step_id}-ask_user", step=target, action="ask_user", summary=action.question
-        )
-        after = state.replace(
-            status=TaskStatus.WAITING_USER,
-            question=action.question,
-            current_step=target,
-            last_decision=decision(action, target),
-            inputs=(),
-        ).with_step(record)
-        return Draft(after=after, step_id=record.id)
-
-    def _finish(self, state: AgentState, action: Finish, step_id: str) -> Draft:
-        machine = self.agent.machine
-        target = action.next_step or machine.finish_step(state.current_step)
-        if target is None:
-            raise IllegalTransition(
-                state.current_step, "<final step>", machine.allowed(state.current_step)
-            )
-        if target != state.current_step:
-            machine.check(state.current_step, target)
-        if target not in machine.final:
-            raise ActionRejected(f"cannot finish in {target!r}: it is not a final step")
-        if state.pending_steps and not self.agent.finish_with_pending:
-            raise ActionRejected(
-                f"cannot finish: steps still pending ({', '.join(state.pending_steps)}); "
-                "do them first"
-            )
-        record = StepRecord(
-            id=f"{step_id}-finish", step=target, action="finish", summary=action.summary
-        )
-        after = state.replace(
-            status=TaskStatus.COMPLETED,
-            current_step=target,
-            last_decision=decision(action, target),
-            inputs=(),
-            question=None,
-            active_skill=None,
-        ).with_step(record)
-        transition = None
-        if state.active_skill is not None:
-            transition = SkillTransition(
-                from_skill=state.active_skill, to_skill=None, reason="task finished"
-            )
-        return Draft(after=after, step_id=record.id, transition=transition)
-
-    def _revise(self, state: AgentState, action: Revise, step_id: str) -> Draft:
-        """The user changed the task: new goal or constraints, moot plan entries dropped."""
-        if not state.inputs and not state.messages:  # a message sent while it ran counts too
-            raise ActionRejected("'revise' needs a user's reply asking for the change")
-        unknown = [p for p in action.drop_pending if p not in state.pending_steps]
-        if unknown:
-            raise ActionRejected(
-                f"cannot drop {', '.join(unknown)}: not pending (pending: "
-                f"{', '.join(state.pending_steps) or 'none'})"
-            )
-        changes: dict[str, Any] = {}
-        if action.goal is not None:
-            changes["goal"] = action.goal
-        if action.constraints is not None:
-            changes["constraints"] = tuple(action.constraints)
-        pending = list(state.pending_steps)
-        for label in action.drop_pending:
-            pending.remove(label)
-        try:
-            revised = state.evolve(**changes) if changes else state  # validated: user data
-        except StateError as exc:
-            raise ActionRejected(f"revise refused: {exc}") from exc
-        found = problem(changes, chars=self.agent.limits.param_chars, depth=4)
-        if found is not None:
-            raise ActionRejected(f"revise refused: {found}")
-        summary = ", ".join(
-            part
-            for part in (
-                "goal" if action.goal is not None else "",
-                "constraints" if action.constraints is not None else "",
-                f"dropped {', '.join(action.drop_pending)}" if action.drop_pending else "",
-            )
-            if part
-        )
-        record = StepRecord(
-            id=f"{step_id}-revise", step=state.current_step, action="revise", summary=summary
-        )
-        after = revised.replace(
-            pending_steps=tuple(pending),
-            last_decision=decision(action, None),
-            inputs=(),  # the reply that asked for it is used
-        ).with_step(record)
-        return Draft(after=after, step_id=record.id)
-
-    def _fail(self, state: AgentState, action: Action, step_id: str) -> Draft:
-        message = action.reason or "the policy gave up"
-        record = StepRecord(id=f"{step_id}-fail", step=state.current_step, action="fail")
-        after = (
-            state.with_error(ErrorEntry(kind="task_failed", message=message, step_id=step_id))
-            .replace(status=TaskStatus.FAILED, last_decision=decision(action, None))
-            .with_step(record)
-        )
-        return Draft(after=after, step_id=record.id, error=message)
-
-    def _check_not_stranded(self, state: AgentState, target: str) -> None:
-        """Refuse a decision that moves the task to a step where nothing could apply.
-
-        A small model once moved the ticket demo to its final step with a question
-        while work was still pending: after the reply no skill could run there and
-        finishing was refused, so the task could only stall.
-        """
-        if self.agent.can_continue_from(target, pending=state.pending_steps):
-            return
-        raise ActionRejected(
-            f"next_step {target!r} would leave nothing that can apply (no skill can run "
-            f"from there, and the task cannot finish there"
-            + (f" with {', '.join(state.pending_steps)} pending" if state.pending_steps else "")
-            + ")"
-        )
-
 
 def _tool(
     tool: Callable[..., Any] | PerTask | Gated, state: AgentState, ctx: SkillContext
@@ -664,13 +404,6 @@ def _tool(
     if isinstance(tool, Gated):  # the gate is the context's (ctx.gate), the tool is the tool
         tool = tool.tool
     return tool.build(state, ctx) if isinstance(tool, PerTask) else tool
-
-
-def _judged(last: ErrorEntry) -> Literal["failed", "permanent"] | None:
-    """Whether a step's last failure judged its outcome (a rejection) or was a fault."""
-    if last.kind not in ("verify_failed", "invariant_failed"):
-        return None  # a skill error, a tool error, a bad output: a retry may fix it
-    return "permanent" if last.permanent else "failed"
 
 
 _NAMED = 20

@@ -8,7 +8,6 @@ name is kept in the state card so ``resume`` can find it again in a new process.
 from __future__ import annotations
 
 import importlib
-import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -19,27 +18,25 @@ from pydantic import BaseModel, ValidationError
 
 from skillstate._validation import first_error
 from skillstate.control.gates import Gated
-from skillstate.control.signals import Signal, signal_problems, signal_specs
+from skillstate.control.signals import Signal, signal_specs
 from skillstate.control.strategy import MESSAGE_STRATEGIES, MessageStrategy
 from skillstate.definitions.manifest import Definition, definition_of
 from skillstate.definitions.patches import Patch, alias_patches, patch_problems
+from skillstate.engine.agent_checks import definition_problems, library_problems
+from skillstate.engine.pertask import PerTask, per_task
 from skillstate.engine.policy import ModelPolicy, Policy
 from skillstate.errors import AgentImportError, UsageError
 from skillstate.fanout import spec as fanout
 from skillstate.limits import DEFAULT_LIMITS, Limits, problem
-from skillstate.memory.facts import template_problems
 from skillstate.ops.budgets import Budget
-from skillstate.ops.spotchecks import SpotChecks, spot_check_problems
-from skillstate.shared.declare import Shared, shared_problems
-from skillstate.skills.binding import binding_problems
+from skillstate.ops.spotchecks import SpotChecks
+from skillstate.shared.declare import Shared
 from skillstate.skills.registry import SkillRegistry
-from skillstate.skills.vacuous import vacuous_verify
 from skillstate.state.budget import DEFAULT_VIEW_BUDGET
 from skillstate.state.machine import StateMachine
-from skillstate.state.migrate import chain_problems, validate_state
+from skillstate.state.migrate import validate_state
 from skillstate.state.model import AgentState, TaskStatus
 from skillstate.state.redact import RedactionPolicy
-from skillstate.state.secrets import sensitive_fields
 from skillstate.state.view import VALUE_CHARS, View, render_view
 
 if TYPE_CHECKING:
@@ -50,52 +47,6 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "Invariant", "PerTask", "agent_factory", "load_agent", "per_task"]
 
 Invariant = Callable[[Any], "bool | str | None"]
-
-
-@dataclass(frozen=True)
-class PerTask:
-    """A tool built for each task from its state (see :func:`per_task`)."""
-
-    factory: Callable[..., Callable[..., Any]]
-    takes_context: bool = False
-    """Whether the factory takes the skill's context too: ``factory(state, ctx)``."""
-
-    def build(self, state: Any, ctx: Any) -> Callable[..., Any]:
-        """The tool for one attempt of a skill in ``state`` (``ctx``: its SkillContext)."""
-        return self.factory(state, ctx) if self.takes_context else self.factory(state)
-
-
-def per_task(factory: Callable[..., Callable[..., Any]]) -> PerTask:
-    """Declare a tool that is built from the task's state each time a skill runs.
-
-    One :class:`Agent` then serves every task, each with its own resources (a
-    per-task database, a working directory), and a new process (``skillstate
-    resume``) rebuilds them from the card alone::
-
-        tools={"query": per_task(lambda state: Database(state.db_path).query)}
-
-    A factory with two parameters also gets the running skill's
-    :class:`~skillstate.skills.context.SkillContext`: the task id, the step, the
-    effect's idempotency key and fencing token, and the task's artifacts
-    (``ctx.attach``, ``ctx.artifact``)::
-
-        tools={"upload": per_task(lambda state, ctx: Uploader(state.bucket, ctx.attach))}
-
-    The factory runs before every attempt of a skill that declares the tool: cache
-    in it whatever is expensive to open.
-    """
-    return PerTask(factory, takes_context=_positional_arity(factory) >= 2)
-
-
-def _positional_arity(fn: Callable[..., Any]) -> int:
-    """How many positional arguments ``fn`` takes (a ``*args`` counts as many)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: the one-argument form
-        return 1
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return 2
-    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
 DEFAULT_POLICY = RedactionPolicy()
@@ -263,49 +214,12 @@ class Agent(Generic[S]):
         # Where the agent was built (the first caller outside the dataclass machinery),
         # to find its own `module:attr` later: a new task records it for `resume`.
         self._module: str | None = _builder_module()
-        problems: list[str] = []
-        for skill in self.skills:
-            if not skill.has_verify:
-                problems.append(f"skill {skill.name!r} has no verify")
-            problems += _vacuous(skill.name, skill.verify_function)
-            if skill.effects and not skill.has_probe:
-                # After a crash mid-effect only the skill can tell whether it happened.
-                problems.append(f"skill {skill.name!r} declares effects but no probe")
-            missing = set(skill.tools) - set(self.tools)
-            if missing:
-                problems.append(
-                    f"skill {skill.name!r} declares unknown tools: {', '.join(sorted(missing))}"
-                )
-            if skill.step is not None and skill.step not in self.machine.steps:
-                problems.append(f"skill {skill.name!r} enters undeclared step {skill.step!r}")
-            for output in skill.outputs:
-                top = output.split(".")[0]
-                if top not in self.state_type.model_fields:
-                    problems.append(
-                        f"skill {skill.name!r} declares output {output!r}, "
-                        f"but {self.state_type.__name__} has no field {top!r}"
-                    )
-            problems += binding_problems(skill.name, skill.params, self.state_type)
-        hidden = sensitive_fields(self.state_type)
-        for name in self.state_type.custom_fields():
-            if name not in hidden and self.redaction.masks_name(name):
-                # Masked in the stored card, the value would be lost to the next step.
-                problems.append(
-                    f"field {name!r} looks sensitive to the redaction policy: declare it "
-                    "Sensitive[...] (sealed, usable) or add it to the policy's exempt_names"
-                )
-        problems += _budget_problems(self.view_budget)
-        problems += _memory_problems(self)
-        problems += shared_problems(self)
-        problems += fanout.check_children(self)
-        problems += spot_check_problems(self.spot_checks)
-        problems += chain_problems(self.state_type)
-        problems += signal_problems(self.signals, self.machine.steps)
+        problems = definition_problems(self)
         # A skill's `aliases` are rename markers too: one patch per old name.
         self.patches = (*self.patches, *alias_patches(self.skills))
         problems += patch_problems(self.patches, self.skills.names, self.machine.steps)
         if self.retriever is not None:
-            problems += _library_problems(self.retriever, self.top_k)
+            problems += library_problems(self.retriever, self.top_k)
         if self.messages not in MESSAGE_STRATEGIES:
             problems.append(
                 f"messages must be one of {', '.join(MESSAGE_STRATEGIES)}, not {self.messages!r}"
@@ -395,49 +309,6 @@ class Agent(Generic[S]):
     def signal_specs(self) -> dict[str, Signal]:
         """:attr:`signals` with every value a :class:`~skillstate.control.signals.Signal`."""
         return signal_specs(self.signals)
-
-
-def _vacuous(name: str, verify: Callable[..., Any] | None) -> list[str]:
-    """Seed 004 §5.3: a verify that cannot fail is no check at all
-    (:mod:`skillstate.skills.vacuous`)."""
-    always = vacuous_verify(verify)
-    if always is None:
-        return []
-    return [
-        f"skill {name!r} has a verify that cannot fail (it returns {always} whatever the "
-        "outcome): check the outcome or the new state"
-    ]
-
-
-def _memory_problems(agent: Agent[Any]) -> list[str]:
-    """Memory scopes the agent reads and its skills write, checked against its card."""
-    fields = agent.state_type.model_fields
-    problems = template_problems("memory", agent.memory, fields)
-    for skill in agent.skills:
-        problems += template_problems(f"skill {skill.name!r}", skill.remembers, fields)
-    count = agent.memory_facts
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        problems.append(f"memory_facts must be an integer >= 1, not {count!r}")
-    return problems
-
-
-def _budget_problems(budget: object) -> list[str]:
-    if budget == "auto" or budget is None:
-        return []
-    if isinstance(budget, bool) or not isinstance(budget, int):
-        return [f"view_budget must be a number of tokens, 'auto' or None, not {budget!r}"]
-    return [] if budget >= 1 else [f"view_budget must be >= 1 token, not {budget}"]
-
-
-def _library_problems(retriever: object, top_k: int) -> list[str]:
-    from skillstate.library.retrieval import Retriever
-
-    problems = []
-    if not isinstance(retriever, Retriever):
-        problems.append(f"retriever {retriever!r} has no index() and scores() (a Retriever)")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        problems.append(f"top_k must be an integer >= 1, not {top_k!r}")
-    return problems
 
 
 def _builder_module() -> str | None:

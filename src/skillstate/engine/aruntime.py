@@ -38,9 +38,10 @@ from typing import Any, Generic, TypeVar, cast
 from skillstate._aio import in_step_thread, on_loop
 from skillstate.engine.actions import Action
 from skillstate.engine.agent import Agent
+from skillstate.engine.driving import Steps
 from skillstate.engine.policy import Decided
 from skillstate.engine.results import RunResult, StepReport
-from skillstate.engine.runtime import Runtime, Steps
+from skillstate.engine.runtime import Runtime
 from skillstate.engine.trace import traced_step, using
 from skillstate.errors import DecisionFailed
 from skillstate.fanout.inline import arun_inline, check_concurrency

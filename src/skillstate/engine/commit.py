@@ -33,7 +33,7 @@ from skillstate.state.secrets import secret_values, sensitive_fields
 from skillstate.store.base import Store
 
 if TYPE_CHECKING:
-    from skillstate.engine.runtime import StepReport
+    from skillstate.engine.results import StepReport
     from skillstate.state.view import View
 
 __all__ = ["Committer"]
@@ -70,12 +70,20 @@ class Committer:
         self.shared = TaskShared(agent, store, self, fence=fence)
         """Shared records: snapshots, and writes settled once (:mod:`skillstate.shared`)."""
 
-    def head(self, task_id: str) -> AgentState:
+    def head(self, task_id: str, *, trust: bool = False) -> AgentState:
         """The head a write starts from: loaded, then checked against the definition the
         task is pinned to (re-pinned when a declared patch carries the change, else
         :class:`~skillstate.errors.DefinitionChanged`). Memory writes a crash left in its
-        outbox are written to their scopes first (once), and the head is the one after."""
-        state = self.pins.guard(self.load(task_id))
+        outbox are written to their scopes first (once), and the head is the one after.
+
+        ``trust``: the state this committer last loaded or wrote for the task, when it
+        has one, instead of reading and validating the stored head again. Only for a
+        caller that holds the task's lease (no fenced writer can have moved it) and
+        that, should someone else have written anyway, gets the compare-and-set's
+        ``StaleState`` and reads again (the run loop does).
+        """
+        known = self._heads.get(task_id) if trust else None
+        state = self.pins.guard(known[0] if known is not None else self.load(task_id))
         if state.shared_pending:  # written, or the step undone; before the memory flush
             state = self.shared.flush(state, resumed=True) or self.load(task_id)
         if state.memory_outbox:
@@ -180,7 +188,7 @@ class Committer:
         self._raw[final.task_id] = document
         self._heads[final.task_id] = (final, document)
         if self.observer is not None and before is not None:
-            from skillstate.engine.runtime import StepReport
+            from skillstate.engine.results import StepReport
 
             self.observer(StepReport(before=before, after=final, event=event, view=view))
         head: AgentState | None = final
@@ -219,7 +227,9 @@ class Committer:
                 for name in names
                 if getattr(final, name) is not getattr(before, name) or name in hidden
             )
-            part = final.to_json(changed)
+            part = final.to_json(changed - _REUSED)
+            if "completed_steps" in changed:
+                part["completed_steps"] = _records(before, final, base)
             document = {name: part[name] if name in changed else base[name] for name in names}
             patch, stored = differ.diff(base, document, changed=changed)
             if redactor.json(patch) is patch:
@@ -242,6 +252,29 @@ class Committer:
             document = final.to_json()
         patch, stored = differ.diff(base, document)
         return final, document, patch, stored, False
+
+
+_REUSED = frozenset({"completed_steps"})
+"""Fields whose items :func:`_records` takes from the stored document when unchanged."""
+
+
+def _records(before: AgentState, final: AgentState, base: dict[str, Any]) -> list[Any]:
+    """``final.completed_steps`` as stored JSON, each record that ``before`` already had
+    taken from ``base`` (its exact stored form) and only new ones serialized.
+
+    The window of recent steps changes every step (one record in, the oldest out);
+    serializing all of it again was a fifth of a commit. Records are frozen, so the
+    same record object always has the same JSON; ``base`` is ``before``'s document.
+    """
+    stored = base.get("completed_steps")
+    if not isinstance(stored, list) or len(stored) != len(before.completed_steps):
+        return final.to_json({"completed_steps"})["completed_steps"]  # type: ignore[no-any-return]
+    known = {id(r): d for r, d in zip(before.completed_steps, stored, strict=True)}
+    out = []
+    for record in final.completed_steps:
+        data = known.get(id(record))
+        out.append(data if data is not None else record.model_dump(mode="json"))
+    return out
 
 
 def _view_tokens(view: View[Any] | None, usage: TokenUsage | None) -> int | None:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Generic, Literal, TypeVar
 
 from skillstate.events import Event
-from skillstate.state.model import AgentState
+from skillstate.state.model import AgentState, TaskStatus
 from skillstate.state.view import View
 
 __all__ = ["RunResult", "StepReport", "StopReason"]
@@ -60,3 +60,25 @@ class RunResult(Generic[S]):
         delivery drives it)."""
         wait = self.state.wait if self.stopped == "waiting" else None
         return wait.deadline if wait is not None else None
+
+
+PARKED: dict[TaskStatus, StopReason] = {
+    TaskStatus.WAITING_USER: "waiting_user",
+    TaskStatus.WAITING: "waiting",
+    TaskStatus.WAITING_CHILDREN: "waiting_children",
+}
+"""Statuses a run stops in unless something at hand moves the task on
+(see ``Runtime._moved_on``)."""
+
+
+def stopped_by_status(state: AgentState) -> StopReason | None:
+    """Why a run ends at ``state``: the status it is in, if that ends a run."""
+    if state.status is TaskStatus.COMPLETED:
+        return "completed"
+    if state.status is TaskStatus.FAILED:
+        return "failed"
+    if state.status is TaskStatus.WAITING_APPROVAL:  # a person decides, not a run
+        return "waiting_approval"
+    if state.status is TaskStatus.CANCELLED:
+        return "cancelled"
+    return None

@@ -16,44 +16,47 @@ compensations first, then an effect in flight.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import replace
 from typing import Any, Generic, TypeVar, cast
 
 from skillstate.control.approvals import Approvals
 from skillstate.control.inbox import Inbox
-from skillstate.control.inbox import cancel as cancel_task
-from skillstate.control.inbox import send as send_message
-from skillstate.control.waits import Waits, deliver
+from skillstate.control.waits import Waits
 from skillstate.engine.act import Acting
 from skillstate.engine.actions import Action
 from skillstate.engine.agent import Agent
+from skillstate.engine.commands import Commands
 from skillstate.engine.commit import Committer
 from skillstate.engine.draft import Draft
+from skillstate.engine.driving import Steps, drive
 from skillstate.engine.guard import Guard, OnStall
 from skillstate.engine.lease import Holder, default_worker
 from skillstate.engine.phases import Begun, Phases
 from skillstate.engine.policy import Decided
-from skillstate.engine.replies import check_numbering, replied, unused
-from skillstate.engine.results import RunResult, StepReport, StopReason
+from skillstate.engine.replies import check_numbering, unused
+from skillstate.engine.results import (
+    PARKED,
+    RunResult,
+    StepReport,
+    StopReason,
+    stopped_by_status,
+)
 from skillstate.engine.settle import Settling
-from skillstate.engine.stale import stale_steps
 from skillstate.engine.trace import NOOP, Tracer, traced_step, using
 from skillstate.errors import (
     DecisionFailed,
     InvariantBroken,
+    StaleState,
     TaskNotFound,
     UsageError,
 )
-from skillstate.events import Actor
 from skillstate.fanout.inline import run_inline
 from skillstate.fanout.join import Children
 from skillstate.fanout.spec import ChildMode, check_mode
-from skillstate.limits import problem
 from skillstate.llm.base import Prices
 from skillstate.ops.budgets import budget_stop, warn_budget
-from skillstate.state.model import AgentState, ErrorEntry, StepRecord, TaskStatus
+from skillstate.state.model import AgentState, ErrorEntry, TaskStatus
 from skillstate.store.base import RESERVED, Store, is_reserved
 
 __all__ = ["RunResult", "Runtime", "StepReport", "StopReason"]
@@ -62,7 +65,7 @@ __all__ = ["RunResult", "Runtime", "StepReport", "StopReason"]
 S = TypeVar("S", bound=AgentState)
 
 
-class Runtime(Generic[S]):
+class Runtime(Commands[S], Generic[S]):
     """Runs an :class:`Agent` against a :class:`Store`; typed by the agent's state class
     (``Runtime(trip_agent, store).run("t").state`` is a ``TripState``).
 
@@ -335,212 +338,6 @@ class Runtime(Generic[S]):
             report: StepReport[Any] = yield state
             return report
 
-    def signal(self, task_id: str, name: str, data: Any) -> int:
-        """Deliver signal ``name`` with payload ``data`` to a task; returns its inbox number.
-
-        The payload is validated against the schema the agent declares for ``name``
-        (a bad one, or an undeclared name, is one-line
-        :class:`~skillstate.errors.UsageError` and nothing is written), then posted to
-        the task's inbox: the card is not touched, so a worker holding the task is not
-        disturbed. The task's next run consumes it if it waits for it (``WaitFor``), or
-        the next ``WaitFor`` of that name does (see :mod:`skillstate.control.waits`).
-        """
-        return deliver(self.agent, self.store, self.load(task_id), name, data)
-
-    def send(self, task_id: str, text: str, *, actor: str | None = None) -> int:
-        """Send a message to a task while it runs; returns its inbox number.
-
-        Posted to the task's inbox (the card is not touched, so the worker holding it
-        is not disturbed); the next run takes it at a step boundary and handles it as
-        ``Agent(messages=...)`` says (see :mod:`skillstate.control.inbox`). Refused with
-        :class:`~skillstate.errors.MessageRefused` (nothing posted) when the task has
-        ended or the agent rejects messages. ``actor`` defaults to ``$SKILLSTATE_ACTOR``,
-        else the OS user.
-        """
-        return send_message(self.store, self.agent, task_id, text, actor=actor or "")
-
-    def cancel(
-        self,
-        task_id: str,
-        *,
-        reason: str = "",
-        actor: str | None = None,
-        compensate: bool = False,
-    ) -> int:
-        """Ask a task to stop at its next step boundary; returns the cancel's inbox number.
-
-        The next run (here, or the worker holding the task) takes it and commits
-        ``cancelled``; with ``compensate`` it first undoes every effect the task ran,
-        newest first (:mod:`skillstate.control.inbox`). A task that has ended is
-        refused (:class:`~skillstate.errors.MessageRefused`).
-        """
-        return cancel_task(
-            self.store, self.agent, task_id, reason=reason, actor=actor or "", compensate=compensate
-        )
-
-    def reply(self, task_id: str, text: str, *, into: str | None = None) -> S:
-        """Answer the open question of a ``waiting_user`` task; it becomes ``running``.
-
-        A reply is new information: the stall guard's count starts over. With
-        ``into``, the reply is a secret (a card number, a password): it is kept in
-        that ``Sensitive`` field of the card (sealed) and never shown to a decision,
-        which sees a note with the field's handle instead (``<sensitive:FIELD>``, see
-        :mod:`skillstate.skills.handles`) and passes that to a skill, which gets the
-        real value.
-        """
-        return self._reply(task_id, text, into=into)
-
-    def _reply(self, task_id: str, text: str, *, ahead: bool = False, into: str | None = None) -> S:
-        """:meth:`reply`; with ``ahead``, ``text`` is the card's first reply given ahead
-        (``replies_ahead``), which the same commit takes off the card."""
-        self._check_reply(text)
-        with self._holding(task_id):
-            state = self._committer.head(task_id)
-            if state.status is not TaskStatus.WAITING_USER:
-                raise UsageError(
-                    f"task {task_id!r} is not waiting for a reply (status: {state.status.value})"
-                )
-            after, action = replied(state, text, ahead=ahead, into=into)
-            return cast(S, self._committer.commit(state, Draft(after=after), action, "user")[0])
-
-    def approve(
-        self,
-        task_id: str,
-        *,
-        edits: dict[str, Any] | None = None,
-        actor: str | None = None,
-        reason: str | None = None,
-    ) -> S:
-        """Approve the call a ``waiting_approval`` task waits on, with ``edits`` of its
-        params (validated; a bad one writes nothing): one commit by ``actor`` (default
-        ``$SKILLSTATE_ACTOR``, else the OS user) makes it the effect in flight, which
-        the next :meth:`run` runs exactly once (:mod:`skillstate.control.approvals`).
-        :class:`~skillstate.errors.ApprovalNotPending` when someone decided first."""
-        approved = self._approvals.approve(task_id, edits=edits, actor=actor, reason=reason)
-        return cast(S, approved)
-
-    def reject(self, task_id: str, *, reason: str, actor: str | None = None) -> S:
-        """Reject the call a ``waiting_approval`` task waits on; it runs on, its next
-        decision's view showing ``reason``. :class:`~skillstate.errors.ApprovalNotPending`
-        when someone decided first."""
-        return cast(S, self._approvals.reject(task_id, reason=reason, actor=actor))
-
-    def accept_definition(self, task_id: str, *, actor: str | None = None, reason: str = "") -> S:
-        """Re-pin a task to this agent's definition, whatever changed since it was pinned.
-
-        One commit by ``actor`` (default ``$SKILLSTATE_ACTOR``, else the OS user), its
-        event naming every change and ``reason``; declared patches still rename what
-        they rename. Refused (:class:`~skillstate.errors.DefinitionChanged`, nothing
-        written) when the card needs what this definition lacks (its current step, the
-        skill of its effect in flight). A task pinned to it already is left as it is.
-        See :mod:`skillstate.engine.pins`.
-        """
-        with self._holding(task_id):
-            accepted = self._committer.pins.accept(task_id, actor=actor, reason=reason)
-            return cast(S, accepted)
-
-    def recheck(self, task_id: str) -> list[StepRecord]:
-        """Recompute the fingerprints of a task's completed steps; mark changed ones stale.
-
-        A stale step leaves ``completed_steps``, goes back to the front of
-        ``pending_steps``, has its writes undone and gets a ``stale_step`` entry in
-        the error log, all in one commit (see :mod:`skillstate.engine.stale`).
-        Finished tasks are left alone. Returns the stale steps.
-        """
-        with self._holding(task_id):
-            state = self._committer.head(task_id)
-            if (
-                state.status.is_terminal
-                or state.pending_effect
-                or state.compensations
-                or state.pending_approval  # the person approves the card they were shown
-            ):
-                return []
-            found = stale_steps(state)
-            if found is None:
-                return []
-            draft, stale = found
-            action = {"kind": "recheck", "stale": [r.id for r in stale]}
-            self._committer.commit(state, draft, action, "runtime")
-            return stale
-
-    def compensate(self, task_id: str) -> int:
-        """Run every queued compensation of a task (see ``rollback --compensate``).
-
-        Returns how many ran. Raises :class:`~skillstate.errors.CompensationFailed`
-        when one fails; it stays queued.
-        """
-        done = 0
-        with self._holding(task_id):
-            while True:
-                state = self._committer.head(task_id)
-                if not state.compensations:
-                    return done
-                self._settling.compensate(state)
-                done += 1
-
-    def hold(self, task_id: str) -> AbstractContextManager[None]:
-        """Hold ``task_id``'s lease across several calls (``run``, ``step``, ``mark``).
-
-        A worker that runs a task in slices keeps one lease (one fencing token) for a
-        whole slice, and does what must happen before others may take the task (such
-        as enqueueing its continuation) while still holding it. Raises
-        :class:`~skillstate.errors.LeaseHeld` while another live worker holds it.
-        """
-        return self._holding(task_id)
-
-    def mark(
-        self,
-        task_id: str,
-        action: dict[str, Any],
-        *,
-        error: ErrorEntry | None = None,
-        status: TaskStatus | None = None,
-        actor: Actor = "runtime",
-    ) -> S:
-        """Commit a note about the task itself, not a decision: an ``error`` entry in its
-        log (a worker found its predecessor gone), a new ``status`` (a dead letter
-        fails the task; a person reopens it), or both. One commit, fenced by the lease."""
-        with self._holding(task_id):
-            state = self.load(task_id)
-            after = state.with_error(error) if error is not None else state
-            if status is not None:
-                after = after.replace(status=status)
-            draft = Draft(after=after, error=error.message if error is not None else None)
-            return cast(S, self._committer.commit(state, draft, action, actor)[0])
-
-    def _check_reply(self, text: str) -> None:
-        limits = self.agent.limits
-        found = problem(text, chars=limits.reply_chars, depth=limits.depth)
-        if found is not None:
-            raise UsageError(f"reply refused: {found}; nothing was written")
-
-    # ------------------------------------------------------------------ the lease
-
-    @contextmanager
-    def _holding(self, task_id: str) -> Iterator[None]:
-        """Hold the task's lease for the duration (re-entrant: run -> reply, step...)."""
-        if not self.lease or task_id in self._holders:
-            yield
-            return
-        holder = Holder(self.store, task_id, self.worker, self.lease_ttl)
-        holder.acquire()
-        self._holders[task_id] = holder
-        try:
-            yield
-        finally:
-            del self._holders[task_id]
-            holder.release()
-
-    def _fence(self, task_id: str) -> int | None:
-        holder = self._holders.get(task_id)
-        return holder.fence if holder is not None else None
-
-    def _check_lease(self, task_id: str) -> None:
-        holder = self._holders.get(task_id)
-        if holder is not None:
-            holder.check()
-
     # ------------------------------------------------------------------ the loop
 
     def _loop(
@@ -551,40 +348,29 @@ class Runtime(Generic[S]):
         holder: Holder | None,
         stop: Callable[[], bool] | None = None,
     ) -> Steps[RunResult[Any]]:
-        queue, first = replies
         steps = invalid = 0
+        fresh = True  # a run reads its first head from the store
         while True:
-            state = self._reload(task_id, holder)
-            if state.compensations:
-                self._settling.compensate(state)
+            # Under the lease, the head this runtime last wrote is the stored one: it is
+            # trusted, not read and validated again. A writer without the lease (a
+            # person's command) that moved it anyway makes a commit below stale: the
+            # head is then read afresh and the step decided again (nothing was written).
+            trusted, fresh = not fresh, holder is None
+            state = self._reload(task_id, holder, trust=trusted)
+            try:
+                outcome = yield from self._iteration(
+                    state, steps=steps, budget=budget, replies=replies, stop=stop
+                )
+            except StaleState:
+                if not trusted:
+                    raise
+                fresh = True
                 continue
-            if state.pending_effect is not None:
-                # A crash (or a kill) came between recording an effect and its outcome,
-                # or a person approved the call (it runs now, from its intent).
-                resumed = not self._approvals.approved_last(state)
-                report = self._settling.settle_effect(state, resumed=resumed)
-                if report.stalled:
-                    return RunResult(report.after, "stalled", steps)
+            if isinstance(outcome, RunResult):
+                return outcome
+            if outcome is None:
                 continue
-            if self._inbox.boundary(state) is not None:  # messages and cancels: control.inbox
-                continue
-            stopped = _stopped(state)
-            if stopped is not None:
-                return RunResult(state, stopped, steps)
-            parked = _PARKED.get(state.status)
-            if parked is not None:
-                if not self._moved_on(state, queue, first):
-                    return RunResult(state, parked, steps)
-                continue
-            if steps >= budget or (stop is not None and stop()):
-                return RunResult(state, "max_steps", steps)
-            state = warn_budget(self, state)  # a budget came near: recorded once (a commit)
-            spent = self._over_budget(state)
-            if spent is not None:
-                return RunResult(self._stop_for_budget(state, spent), "budget", steps)
-            state = self._committer.memory.refresh(state)  # what other tasks remembered
-            state = self._committer.shared.refresh(state)  # shared records that moved
-            report = yield state  # decide from the state just loaded: one read per step
+            report = outcome
             steps += 1
             if report.stalled:
                 return RunResult(report.after, "stalled", steps)
@@ -593,11 +379,57 @@ class Runtime(Generic[S]):
                 reason = f"{invalid} invalid decisions in a row (max_invalid {self.max_invalid})"
                 return RunResult(self._stop_for_budget(report.after, reason), "budget", steps)
 
-    def _reload(self, task_id: str, holder: Holder | None) -> AgentState:
-        """The head, read after renewing the lease (a long run keeps it alive)."""
+    def _iteration(
+        self,
+        state: AgentState,
+        *,
+        steps: int,
+        budget: int,
+        replies: tuple[list[str], int],
+        stop: Callable[[], bool] | None,
+    ) -> Generator[AgentState, StepReport[Any], RunResult[Any] | StepReport[Any] | None]:
+        """One turn of the run loop from the head ``state``: the run's result when it
+        ends here, the report of the decision taken, or ``None`` when something other
+        than a decision was committed (the loop goes round again)."""
+        queue, first = replies
+        if state.compensations:
+            self._settling.compensate(state)
+            return None
+        if state.pending_effect is not None:
+            # A crash (or a kill) came between recording an effect and its outcome,
+            # or a person approved the call (it runs now, from its intent).
+            resumed = not self._approvals.approved_last(state)
+            settled = self._settling.settle_effect(state, resumed=resumed)
+            if settled.stalled:
+                return RunResult(settled.after, "stalled", steps)
+            return None
+        if self._inbox.boundary(state) is not None:  # messages and cancels: control.inbox
+            return None
+        stopped = stopped_by_status(state)
+        if stopped is not None:
+            return RunResult(state, stopped, steps)
+        parked = PARKED.get(state.status)
+        if parked is not None:
+            if not self._moved_on(state, queue, first):
+                return RunResult(state, parked, steps)
+            return None
+        if steps >= budget or (stop is not None and stop()):
+            return RunResult(state, "max_steps", steps)
+        state = warn_budget(self, state)  # a budget came near: recorded once (a commit)
+        spent = self._over_budget(state)
+        if spent is not None:
+            return RunResult(self._stop_for_budget(state, spent), "budget", steps)
+        state = self._committer.memory.refresh(state)  # what other tasks remembered
+        state = self._committer.shared.refresh(state)  # shared records that moved
+        report: StepReport[Any] = yield state  # decide from this head: no read per step
+        return report
+
+    def _reload(self, task_id: str, holder: Holder | None, *, trust: bool) -> AgentState:
+        """The head, after renewing the lease (a long run keeps it alive); the one this
+        runtime last wrote when ``trust`` (see :meth:`Committer.head`)."""
         if holder is not None:
             holder.renew()
-        return self._committer.head(task_id)  # checked against its pin: a string compare
+        return self._committer.head(task_id, trust=trust)  # checked against its pin
 
     def _moved_on(self, state: AgentState, queue: list[str], first: int) -> bool:
         """Whether a parked task was moved on (one commit): a reply at hand for one
@@ -662,46 +494,3 @@ class Runtime(Generic[S]):
     ) -> StepReport[Any]:
         """The rest of a step once the policy decided (or failed to): act, settle, commit."""
         return self._steps.conclude(state, begun, decided)
-
-
-R = TypeVar("R")
-
-Steps = Generator[AgentState, "StepReport[Any]", R]
-"""A run loop (:meth:`Runtime.steps`, :meth:`Runtime.one_step`): yields the states a
-decision is to be taken in, is sent each step's report, returns ``R``."""
-
-
-def drive(steps: Steps[R], step: Callable[[AgentState], StepReport[Any]]) -> R:
-    """Run the loop ``steps`` to its end, taking each step with ``step`` (synchronously)."""
-    try:
-        state = next(steps)
-        while True:
-            try:
-                report = step(state)
-            except BaseException as exc:  # into the loop: its leases are released on the way out
-                state = steps.throw(exc)
-            else:
-                state = steps.send(report)
-    except StopIteration as done:
-        result: R = done.value
-        return result
-
-
-_PARKED: dict[TaskStatus, StopReason] = {
-    TaskStatus.WAITING_USER: "waiting_user",
-    TaskStatus.WAITING: "waiting",
-    TaskStatus.WAITING_CHILDREN: "waiting_children",
-}
-"""Statuses a run stops in unless something at hand moves the task on (see _moved_on)."""
-
-
-def _stopped(state: AgentState) -> StopReason | None:
-    if state.status is TaskStatus.COMPLETED:
-        return "completed"
-    if state.status is TaskStatus.FAILED:
-        return "failed"
-    if state.status is TaskStatus.WAITING_APPROVAL:  # a person decides, not a run
-        return "waiting_approval"
-    if state.status is TaskStatus.CANCELLED:
-        return "cancelled"
-    return None

@@ -66,6 +66,8 @@ class Differ:
     def __init__(self) -> None:
         self._last: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._texts: dict[str, str] = {}
+        self._parts: dict[str, str] = {}
+        """Each key's ``"key":text`` piece of the last document, in its order."""
 
     def diff(
         self,
@@ -82,6 +84,8 @@ class Differ:
         """
         if self._last is not None and (before is self._last[0] or before is self._last[1]):
             old_texts = self._texts
+            if changed is not None and list(after) == list(old_texts):
+                return self._changed(before, after, changed)
         else:
             old_texts = {key: _dumps(value) for key, value in before.items()}
             changed = None
@@ -106,12 +110,35 @@ class Differ:
                 ops.append({"op": "add", "path": where, "value": new})
             else:
                 _diff_value(before[key], old_text, new, text, where=where, ops=ops)
-        body = ",".join(_key_prefix(key) + text for key, text in new_texts.items())
-        document = JsonDocument.of(after, "{" + body + "}")
+        parts = {key: _key_prefix(key) + text for key, text in new_texts.items()}
+        return ops, self._keep(after, new_texts, parts)
+
+    def _changed(
+        self, before: dict[str, Any], after: dict[str, Any], changed: Collection[str]
+    ) -> tuple[Patch, JsonDocument]:
+        """:meth:`diff` when ``after`` has ``before``'s keys, in the same order, and only
+        ``changed`` ones may differ: the work is proportional to what the step changed,
+        not to the size of the card (the other keys' texts and pieces are reused)."""
+        texts, parts = dict(self._texts), dict(self._parts)
+        ops: Patch = []
+        for key in [key for key in after if key in changed]:
+            new, text = after[key], _dumps(after[key])
+            old_text = texts[key]
+            if text == old_text:
+                continue
+            texts[key], parts[key] = text, _key_prefix(key) + text
+            _diff_value(before[key], old_text, new, text, where=f"/{_escape(key)}", ops=ops)
+        return ops, self._keep(after, texts, parts)
+
+    def _keep(
+        self, after: dict[str, Any], texts: dict[str, str], parts: dict[str, str]
+    ) -> JsonDocument:
+        """``after`` with its text, remembered as the ``before`` of the next diff."""
+        document = JsonDocument.of(after, "{" + ",".join(parts.values()) + "}")
         # The caller may pass either object back as the next ``before``.
         self._last = (after, document)
-        self._texts = new_texts
-        return ops, document
+        self._texts, self._parts = texts, parts
+        return document
 
 
 def _diff_value(old: Any, old_text: str, new: Any, text: str, *, where: str, ops: Patch) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from math import isfinite
 from typing import Any, ClassVar
 
 from pydantic import (
@@ -34,6 +35,7 @@ from skillstate._validation import first_error
 from skillstate.errors import StateError
 from skillstate.memory.facts import Recalled, Remembered
 from skillstate.shared.records import SharedSnapshot, SharedWrite
+from skillstate.state.card_fields import ATOMIC, assignable, plain_fields
 from skillstate.state.migrate import check_migrations
 from skillstate.state.records import (
     BudgetWarning,
@@ -385,20 +387,28 @@ class AgentState(BaseModel):
             if top not in fields:
                 raise StateError(f"invalid state: {top}: no such field")
             if not rest:
-                grouped[top] = copy.deepcopy(value)
+                grouped[top] = value if type(value) in ATOMIC else copy.deepcopy(value)
                 continue
             if top not in grouped:
                 grouped[top] = self.model_dump(mode="python", include={top}).get(top)
             holder = {top: grouped[top]}
             _set_path(holder, path, copy.deepcopy(value))
             grouped[top] = holder[top]
-        if not _assignable(type(self)):
+        if not assignable(type(self)):
             data = self.model_dump(mode="python")
             data.update(grouped)
             return self._validated(data)
         updated = self.model_copy()
         validator = type(self).__pydantic_validator__
+        plain = plain_fields(type(self))
         for name, value in grouped.items():
+            kind = plain.get(name)
+            if kind is not None and type(value) is kind and (kind is not float or isfinite(value)):
+                # A plain int/str/bool/float field given exactly its type: pydantic
+                # would return the value unchanged, so it is set without the call.
+                updated.__dict__[name] = value
+                updated.__pydantic_fields_set__.add(name)
+                continue
             try:
                 validator.validate_assignment(updated, name, value)
             except ValidationError as exc:
@@ -530,19 +540,6 @@ def _stale_through_others(record: StepRecord) -> bool:
 
 def _fingerprinted(record: StepRecord) -> bool:
     return True
-
-
-_ASSIGNABLE: dict[type[AgentState], bool] = {}
-
-
-def _assignable(cls: type[AgentState]) -> bool:
-    """Whether writes may be validated field by field: no model validators but ours."""
-    found = _ASSIGNABLE.get(cls)
-    if found is None:
-        validators = cls.__pydantic_decorators__.model_validators
-        found = set(validators) <= {"_unseal_sensitive"}
-        _ASSIGNABLE[cls] = found
-    return found
 
 
 def _set_path(data: dict[str, Any], path: str, value: Any) -> None:

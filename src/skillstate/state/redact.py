@@ -130,8 +130,24 @@ class RedactionPolicy:
         return replace(self, values=tuple(d for d in self.values if d.name not in detectors))
 
     def redactor(self, secrets: Iterable[str] = ()) -> Redactor:
-        """A :class:`Redactor` for ``secrets`` (exact values) and everything this policy detects."""
-        return Redactor(secrets, policy=self)
+        """A :class:`Redactor` for ``secrets`` (exact values) and everything this policy detects.
+
+        Built once per set of secrets and kept on the policy (a redactor is immutable):
+        a runtime asks for one several times per step with the same task's secrets,
+        and building one sorts, escapes and compiles them all again.
+        """
+        key = frozenset(secrets)
+        cache: dict[frozenset[str], Redactor] = self.__dict__.setdefault("_redactors", {})
+        found = cache.get(key)
+        if found is None:
+            if len(cache) >= _REDACTORS_KEPT:
+                cache.clear()  # secrets rotated many times: start over rather than grow
+            found = cache[key] = Redactor(key, policy=self)
+        return found
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The caches stay behind: they hold the secrets in plain text.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_compiled", "_redactors")}
 
     def masks_name(self, name: str) -> bool:
         """Whether a plain value under a key called ``name`` is masked."""
@@ -260,9 +276,23 @@ def _in_context(context: re.Pattern[str], s: str, m: re.Match[str], keys: tuple[
     )
 
 
-@functools.lru_cache(maxsize=32)
 def _compile(policy: RedactionPolicy) -> _Compiled:
-    return _Compiled(policy)
+    # Kept on the policy itself: an lru_cache would hash the whole (frozen) policy,
+    # every detector in it, on each call, which cost more than the scans it saves.
+    compiled: _Compiled | None = policy.__dict__.get("_compiled")
+    if compiled is None:
+        compiled = _Compiled(policy)
+        object.__setattr__(policy, "_compiled", compiled)
+    return compiled
+
+
+_CLEAN_LEN = 256
+"""Strings up to this long are remembered as clean once scanned (see ``Redactor.text``)."""
+_CLEAN_KEPT = 8192
+"""At most this many per redactor; then it starts over rather than grow."""
+
+_REDACTORS_KEPT = 64
+"""Redactors a policy keeps, one per distinct set of secrets (see ``redactor``)."""
 
 
 _SEALED = re.compile(re.escape(PREFIX) + r"[A-Za-z0-9_-]{98,}={0,2}")
@@ -316,6 +346,12 @@ class Redactor:
         self._scan = c is not None and (bool(c.passes) or c.assign or bool(c.patterns))
         # Strings shorter than this cannot hold anything to mask: skipped unscanned.
         self._min = min([*(len(s) for s in ordered), c.min_length if c and self._scan else 1 << 30])
+        self._clean: set[tuple[str, tuple[str, ...]]] = set()
+        self._ops: dict[tuple[Any, ...], int] = {}
+        """Patch operations by (op, path, keys) whose op and path hold nothing to mask:
+        how sensitive their value is (see :meth:`_op`)."""
+        """Short strings (with the keys they sat under) already found to hold nothing
+        to mask. A redactor's answer for a string never changes: it is immutable."""
 
     def __bool__(self) -> bool:
         return self._text is not None or self._scan or self._names is not None
@@ -333,11 +369,23 @@ class Redactor:
         """``s`` with every secret and every detected value replaced by ``"***"``.
 
         ``keys``: the JSON keys ``s`` sits under, context for detectors that need it."""
-        if len(s) < self._min or (self._c is not None and _SEALED.fullmatch(s) is not None):
+        if len(s) < self._min:
             return s
-        if self._text is not None:
-            s = self._text.sub(MASK, s)  # CPython returns ``s`` itself when nothing matched
-        return s if self._c is None or not self._scan else self._c.scan(s, keys)
+        clean = self._clean
+        if (s, keys) in clean:
+            return s
+        if self._c is not None and _SEALED.fullmatch(s) is not None:
+            return s
+        out = s if self._text is None else self._text.sub(MASK, s)  # ``s`` itself if no match
+        if self._c is not None and self._scan:
+            out = self._c.scan(out, keys)
+        if out is s and len(s) <= _CLEAN_LEN:
+            # The same short strings come back every step (patch ops and paths, skill
+            # and step names, record keys): each is scanned once per redactor.
+            if len(clean) >= _CLEAN_KEPT:
+                clean.clear()
+            clean.add((s, keys))
+        return out
 
     # ---- bytes
 
@@ -419,6 +467,40 @@ class Redactor:
         return value
 
     def _dict(self, value: dict[Any, Any], keys: tuple[str, ...] = ()) -> dict[Any, Any]:
+        if not keys and "op" in value and "path" in value:
+            return self._op(value)
+        return self._object(value, keys)
+
+    def _op(self, op: dict[Any, Any]) -> dict[Any, Any]:
+        """A JSON Patch operation: its value redacted, its ``op`` and ``path`` scanned
+        once per redactor (a commit's patch names the same few paths step after step).
+
+        Remembered per (op, path, keys): that the op and path (and the key names)
+        hold nothing to mask, and how sensitive the value is by its path. The value
+        itself is always redacted, exactly as :meth:`_object` would.
+        """
+        try:
+            sig = (op["op"], op["path"], *op)
+            level = self._ops.get(sig)
+        except TypeError:  # an op or path that is not text: no shortcut
+            return self._object(op)
+        if level is None:
+            out = self._object(op)
+            unchanged = all(k in out and out[k] is v for k, v in op.items() if k != "value")
+            if unchanged and ("value" not in op or "value" in out):
+                whole = self._patch_level(op) if self._names is not None else NOT_SENSITIVE
+                named = self._names["value"] if self._names is not None else NOT_SENSITIVE
+                if len(self._ops) >= _CLEAN_KEPT:
+                    self._ops.clear()
+                self._ops[sig] = whole or named
+            return out
+        if "value" not in op:
+            return op
+        v = op["value"]
+        nv = self._whole(v, level, ("value",)) if level else self._json(v, ("value",))
+        return op if nv is v else {**op, "value": nv}
+
+    def _object(self, value: dict[Any, Any], keys: tuple[str, ...] = ()) -> dict[Any, Any]:
         names, shortest = self._names, self._min  # locals: this loop is the hot path
         whole = self._patch_level(value) if names is not None else NOT_SENSITIVE
         parent = keys[:1]

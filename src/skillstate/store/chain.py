@@ -53,6 +53,7 @@ from skillstate.errors import LeaseHeld, LeaseLost, StateCorrupted, StoreError
 from skillstate.events import Event
 from skillstate.state.diff import JsonDocument
 from skillstate.store.base import CheckpointInfo, Lease, check_commit
+from skillstate.store.replay import apply_patch
 
 __all__ = [
     "CHECKSUM_MISMATCH",
@@ -449,9 +450,14 @@ def rebuild(task_id: str, version: int, rows: Sequence[Row]) -> dict[str, Any]:
         if row.patch is None:
             raise StateCorrupted(task_id, row.version, "delta has no patch")
         try:
-            ops = _json.loads(row.patch)
-            document = jsonpatch.apply_patch(document, ops, in_place=True)
-        except (ValueError, jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
+            # The document and the parsed patch are this rebuild's own: applied in place.
+            document = apply_patch(document, _json.loads(row.patch))
+        except (
+            ValueError,
+            TypeError,  # a damaged patch jsonpatch trips over (e.g. removing from a string)
+            jsonpatch.JsonPatchException,
+            jsonpatch.JsonPointerException,
+        ) as exc:
             raise StateCorrupted(task_id, row.version, f"delta does not apply ({exc})") from exc
         except RecursionError:
             raise StateCorrupted(task_id, row.version, "delta is nested too deeply") from None

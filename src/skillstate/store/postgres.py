@@ -384,18 +384,35 @@ class PostgresStore:
 
 def _drive(conn: Connection[Any], cursor: Cursor[Any], op: Op[T], step: Step) -> T:
     """Run ``op`` from ``step`` (its first) to its result, on ``conn`` with ``cursor``."""
+    if isinstance(step, Begin):
+        with ExitStack() as transaction:
+            return _steps(conn, cursor, op, step, transaction)
+    # Most calls (a commit, a load) are one statement outside any transaction: no
+    # ExitStack until an op asks for one.
+    try:
+        reply = _execute(cursor, step)
+        step = op.send(reply)
+    except StopIteration as done:
+        result: T = done.value
+        return result
     with ExitStack() as transaction:
-        while True:
-            if isinstance(step, Begin):
-                transaction.enter_context(conn.transaction())
-                reply = None
-            else:
-                reply = _execute(cursor, step)
-            try:
-                step = op.send(reply)
-            except StopIteration as done:
-                result: T = done.value
-                return result
+        return _steps(conn, cursor, op, step, transaction)
+
+
+def _steps(
+    conn: Connection[Any], cursor: Cursor[Any], op: Op[T], step: Step, transaction: ExitStack
+) -> T:
+    while True:
+        if isinstance(step, Begin):
+            transaction.enter_context(conn.transaction())
+            reply = None
+        else:
+            reply = _execute(cursor, step)
+        try:
+            step = op.send(reply)
+        except StopIteration as done:
+            result: T = done.value
+            return result
 
 
 def _execute(cursor: Cursor[Any], statement: Statement) -> Any:

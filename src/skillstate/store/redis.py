@@ -71,7 +71,8 @@ while no other thread commits (then a pooled one serves), and only from a pool o
 commits then holds one connection more than before. Before each commit it is
 checked with one ``poll`` (the pool's checkout check costs several syscalls): one
 the server closed meanwhile is reconnected before anything is sent. A process
-forked from the one that took it takes another.
+forked from the one that took it takes another. The blocking store's ``commit``
+calls :mod:`.redis_commit` around its own ``EVALSHA`` instead of driving an operation.
 
 Cross-key scripts mean a single Redis (or a primary with replicas), not Redis
 Cluster: the keys of one task are not hash-tagged into one slot, and the ``tasks``
@@ -209,7 +210,9 @@ class RedisStore(Layout):
         *,
         fence: int | None = None,
     ) -> int:
-        return self._run(ops.commit(self, task_id, expected_version, state, event, fence=fence))
+        # The hot path: ops.commit's work called straight (see redis_commit).
+        enc, args = ops.commit_args(self, task_id, expected_version, state, event, fence=fence)
+        return ops.committed(self, enc, self._commit(self.commit_keys(task_id), args))
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
         return self._run(ops.checkpoint(self, task_id, version))
@@ -349,28 +352,53 @@ class RedisStore(Layout):
             return pipe.execute()
 
     def _hot(self, op: Eval) -> Any:
-        """Send one ``EVALSHA`` (the commit) packed by the store: one round trip.
+        """Send one ``EVALSHA`` (the commit) packed by the store: one round trip."""
+        return self._send(self._pack(op.sha, op.keys, op.args))
+
+    def _commit(self, keys: tuple[str, ...], args: tuple[bytes, ...]) -> Any:
+        """The commit script's reply, sent as :meth:`_hot` sends it. ``NOSCRIPT`` (a
+        restarted or flushed server: nothing ran) loads the script and sends it once
+        more; any other Redis error is translated as ``_run`` translates it."""
+        exceptions = self._redis.exceptions
+        try:
+            command = self._pack(ops.COMMIT.sha, keys, args)
+            try:
+                return self._send(command)
+            except exceptions.NoScriptError:
+                client: Any = self._client
+                client.execute_command("SCRIPT", "LOAD", ops.COMMIT.text)
+            return self._send(command)
+        except exceptions.RedisError as exc:
+            raise store_error(self.url, exc) from exc
+
+    def _pack(self, sha: str, keys: tuple[str, ...], args: tuple[Any, ...]) -> bytes:
+        """``EVALSHA`` of the commit script as the Redis protocol (RESP) frames it.
 
         This is what redis-py's command call does, minus its generic command layer
         (argument encoding, per-call bookkeeping), which cost a commit more than the
         round trip itself: redis-py's retry policy (a broken connection is dropped,
         reconnected and the command sent again), the reply read by redis-py's parser.
+        The SHA and the task's keys are packed once per task.
 
         The connection is the store's own commit connection while no other thread
         is using it (checking one out of the pool and back costs a commit several
         syscalls), else a pooled one: see :data:`_OWN_CONNECTION_FROM`.
         """
-        head = self._commit_heads.get(op.keys)
+        head = self._commit_heads.get(keys)
         if head is None:
-            parts = [b"EVALSHA", op.sha.encode(), b"%d" % len(op.keys)]
-            parts += [key.encode() for key in op.keys]
+            parts = [b"EVALSHA", sha.encode(), b"%d" % len(keys)]
+            parts += [key.encode() for key in keys]
             head = (len(parts), b"".join(map(_bulk, parts)))
             if len(self._commit_heads) >= _CACHE:
                 self._commit_heads.clear()
-            self._commit_heads[op.keys] = head
+            self._commit_heads[keys] = head
         count, packed = head
-        command = b"".join((b"*%d\r\n" % (count + len(op.args)), packed, *map(_bulk, op.args)))
-        return self._send(command)
+        # Each argument's frame around it, joined once: a long argument (the state) is
+        # copied once, not into its frame and then into the command.
+        parts = [b"*%d\r\n" % (count + len(args)), packed]
+        for arg in args:
+            parts += (b"$%d\r\n" % len(arg), arg, b"\r\n")
+        return b"".join(parts)
 
     def _send(self, command: bytes) -> Any:
         if self._own_ok and self._own_lock.acquire(blocking=False):

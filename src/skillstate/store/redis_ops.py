@@ -14,7 +14,6 @@ listing in :mod:`.redis_rewrite`). The layout is described in
 from __future__ import annotations
 
 import json
-import zlib
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
@@ -24,8 +23,6 @@ from skillstate.errors import (
     ArtifactNotFound,
     Conflict,
     LeaseHeld,
-    LeaseLost,
-    StaleState,
     StateCorrupted,
     StoreError,
     TaskNotFound,
@@ -43,39 +40,33 @@ from skillstate.store.base import (
     check_task_id,
 )
 from skillstate.store.chain import (
-    COMPRESS_FROM,
     LEASE_HORIZON,
     Row,
     check_chain_counters,
-    check_fence,
     check_ttl,
     damaged_lease,
-    encode_commit,
     held_lease,
     plan_prune,
     read_head,
     rebuild,
     restore_event,
     salvage_lease,
-    take_snapshot,
 )
 from skillstate.store.heads import head_info
 from skillstate.store.inbox import encode_message, read_message
 from skillstate.store.redis_codec import (
-    ZLIB,
     field_version,
     from_ms,
     header,
     info,
     lease_fields,
     number,
-    pack_bytes,
     read_time,
     unpack,
     version_of,
 )
+from skillstate.store.redis_commit import commit_args, committed
 from skillstate.store.redis_io import (
-    CACHE,
     Batch,
     Call,
     Exec,
@@ -94,6 +85,8 @@ __all__ = [
     "checkpoints",
     "claim",
     "commit",
+    "commit_args",
+    "committed",
     "events",
     "exists",
     "force_release",
@@ -216,52 +209,9 @@ def commit(
     fence: int | None,
 ) -> Ops[int]:
     """One COMMIT script: fence, compare, snapshot rule and every write (redis_lua)."""
-    enc = encode_commit(task_id, expected_version, state, event, fence=fence)
-    patch = enc.patch or ""
-    chain = store._chains.get(task_id)
-    if chain is not None and chain[0] == enc.expected:
-        snapshot = take_snapshot(chain[1], chain[2], enc, store.max_chain)
-    else:
-        snapshot = True  # cannot tell: send the snapshot body in case
-    state_text = enc.state.encode()
-    if snapshot and len(enc.state) >= COMPRESS_FROM:
-        body = ZLIB + zlib.compress(state_text, 1)
-    else:
-        body = b""
-    # The arguments of redis_lua.COMMIT, after its keys, in its order.
-    args = (
-        b"%d" % enc.expected,
-        b"%d" % enc.version,
-        state_text,
-        pack_bytes(enc.event),
-        pack_bytes(patch),
-        b"1" if enc.is_delta else b"0",
-        b"%d" % len(patch),
-        b"%d" % len(enc.state),
-        b"%d" % store.max_chain,
-        utcnow().isoformat().encode(),
-        task_id.encode(),
-        body,
-        enc.digest.encode(),
-        b"" if enc.fence is None else b"%d" % enc.fence,
-        enc.version_digest.encode(),
-    )
+    enc, args = commit_args(store, task_id, expected_version, state, event, fence=fence)
     reply = yield from script(COMMIT, store.commit_keys(task_id), args, hot=True)
-    if isinstance(reply, bytes):  # committed
-        version, chain_len, chain_bytes = map(int, reply.split())
-        if len(store._chains) >= CACHE:
-            store._chains.clear()
-        store._chains[task_id] = (version, chain_len, chain_bytes)
-        return version
-    if reply[0] == 2:
-        _, holder, generation = [*reply, None, None][:3]
-        check_fence(task_id, enc.fence, holder, number(generation))
-        raise LeaseLost(task_id, enc.fence or 0, None)  # pragma: no cover - raced
-    if reply[0] == 3:
-        raise StateCorrupted(task_id, None, "the task record's version is not a number")
-    if reply[0] != 0:  # pragma: no cover - the script returns nothing else
-        raise StoreError(f"Redis store {store.url}: unexpected commit reply {reply!r}")
-    raise StaleState(task_id, enc.expected, reply[1])
+    return committed(store, enc, reply)
 
 
 def checkpoint(store: Layout, task_id: str, version: int) -> Ops[Checkpoint]:

@@ -338,15 +338,18 @@ class SQLiteStore:
         # (SET expressions see the row before the update), keeping the version check,
         # the decision and the write one statement.
         with self._tx() as cur:
-            if enc.fence is not None:
-                lease = cur.execute(
-                    "SELECT worker, generation FROM leases WHERE task_id = ?", (task_id,)
-                ).fetchone()
-                check_fence(task_id, enc.fence, *(lease or (None, 0)))
-            row = cur.execute(
-                "SELECT version, chain_len, chain_bytes FROM tasks WHERE task_id = ?", (task_id,)
+            # The head's counters and the lease in one statement (a row even when the
+            # task or the lease does not exist yet).
+            task, head, chain_len, chain_bytes, leased, worker, generation = cur.execute(
+                "SELECT t.task_id, t.version, t.chain_len, t.chain_bytes, "
+                "l.task_id, l.worker, l.generation "
+                "FROM (SELECT ? AS id) AS k LEFT JOIN tasks AS t ON t.task_id = k.id "
+                "LEFT JOIN leases AS l ON l.task_id = k.id",
+                (task_id,),
             ).fetchone()
-            head, chain_len, chain_bytes = row if row else (0, 0, 0)
+            check_fence(task_id, enc.fence, *((worker, generation) if leased else (None, 0)))
+            if task is None:
+                head, chain_len, chain_bytes = 0, 0, 0
             if head != enc.expected:
                 raise StaleState(task_id, enc.expected, head)
             # Counters damaged outside skillstate: a snapshot, which resets them.
@@ -382,9 +385,15 @@ class SQLiteStore:
         return enc.version
 
     def checkpoint(self, task_id: str, version: int) -> Checkpoint:
-        # The head's version only: a damaged head must not hide the versions before it.
-        head = self.load(task_id, verify=False)
-        if version == head.version:
+        # The head's version only (its state is not parsed: an old version does not need
+        # it, and a damaged head must not hide the versions before it).
+        check_task_id(task_id)
+        found = self._one("SELECT version FROM tasks WHERE task_id = ?", (task_id,))
+        if found is None:
+            raise TaskNotFound(task_id)
+        if not isinstance(found[0], int):
+            raise StateCorrupted(task_id, None, "the task row has no valid version and head")
+        if version == found[0]:
             return self.load(task_id)
         rows = [
             Row(
@@ -434,8 +443,8 @@ class SQLiteStore:
             "WHERE task_id = ? AND version > ? ORDER BY version",
             (task_id, since),
         )
-        if not rows:
-            self.load(task_id, verify=False)
+        if not rows and self._one("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)) is None:
+            raise TaskNotFound(task_id)
         return [
             restore_event(task_id, _unpack(task_id, v, text) or "", _unpack(task_id, v, patch), v)
             for v, text, patch in rows

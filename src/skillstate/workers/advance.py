@@ -40,7 +40,7 @@ import os
 import socket
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -110,6 +110,12 @@ class Outcome:
     steps: int = 0
     """Decisions taken for this message."""
     detail: str = ""
+    ended_here: bool = field(default=False, repr=False, compare=False)
+    """The slice itself committed the task's end (completed, failed, cancelled): its
+    final state is known, and :attr:`parent` is read from it."""
+    parent: str | None = field(default=None, repr=False, compare=False)
+    """The ended task's parent (fan-out), when :attr:`ended_here`: ``None`` means it has
+    none, so no parent can be due a wake and the wake's head read is skipped."""
 
 
 def worker_name(message_id: str) -> str:
@@ -151,26 +157,37 @@ class Advancer:
         """Judge ``message`` against the store and, if it is responsible, run a slice;
         then send the wake a fan-out is due, if any (:func:`children.follow_up`)."""
         outcome = self._advance(message, enqueue)
+        if outcome.ended_here and outcome.parent is None and outcome.kind != "cancelled":
+            # The slice ended a task with no parent: no wake is due (a cancel still
+            # goes on to its children). Saves re-reading the head it just committed.
+            return outcome
         woke = follow_up(self.store, message, outcome.kind, enqueue)
         return replace(outcome, detail=outcome.detail + woke) if woke else outcome
 
     def _advance(self, message: Message, enqueue: Enqueue) -> Outcome:
+        # The lease first: a message for a task another message's worker holds (a
+        # duplicate, a stale one) is judged on it alone, one read. The head is read
+        # after it, so a holder that commits and releases in between is seen as a
+        # head past this message's version, exactly as in the other order.
+        lease = self.store.lease(message.task_id)
+        crashed: Lease | None = None
+        handover = lease is not None and bool(message.after) and lease.worker == message.after
+        judged: Lease | float | None = None
+        if lease is not None and not handover:
+            verdict = self._judge_lease(message, lease)
+            if isinstance(verdict, Outcome):
+                return verdict
+            judged = verdict
         try:
             head = self.store.load(message.task_id, verify=False)
         except TaskNotFound:
             return Outcome("missing", detail="no such task in the store")
-        lease = self.store.lease(message.task_id)
-        crashed = None
-        handover = lease is not None and bool(message.after) and lease.worker == message.after
-        if lease is not None and not handover:
-            verdict = self._judge_lease(message, lease)
-            if isinstance(verdict, float):
-                enqueue(message, verdict)  # the same message id: it may take this lease over
-                detail = f"held by {lease.worker}; again in {verdict:.1f}s"
-                return Outcome("retry_later", head.version, detail=detail)
-            if isinstance(verdict, Outcome):
-                return verdict
-            crashed = verdict
+        if isinstance(judged, float):
+            enqueue(message, judged)  # the same message id: it may take this lease over
+            detail = f"held by {lease.worker if lease else ''}; again in {judged:.1f}s"
+            return Outcome("retry_later", head.version, detail=detail)
+        if judged is not None:
+            crashed = judged
         elif head.version > message.expected and not self._posted(head.state):
             return Outcome("stale", head.version, detail=f"head is at {head.version}")
         if head.state.get("status") in _IDLE and crashed is None and not self._posted(head.state):
@@ -243,15 +260,22 @@ class Advancer:
         return (lease.expires_at - now).total_seconds() + _LEASE_MARGIN
 
     def _slice(
-        self, runtime: Runtime[Any], message: Message, crashed: Lease | None, enqueue: Enqueue
+        self,
+        runtime: Runtime[Any],
+        message: Message,
+        crashed: Lease | None,
+        enqueue: Enqueue,
     ) -> Outcome:
         task_id = message.task_id
-        state = runtime.load(task_id)
-        read = {"status": state.status.value, "inbox_seen": state.inbox_seen}
-        if state.status.value in _IDLE and not has_unread(self.store, task_id, read):
-            # its worker died after the last commit (and nothing was posted since): release
-            return Outcome("stale", state.version, detail=f"task is {state.status.value}")
+        # Read under the lease: the task may have ended or parked since the judging read
+        # (or its worker died after its last commit). As stored, not parsed: the run's
+        # own first read checks and parses it; only a crash note needs it parsed here.
+        head = self.store.load(task_id, verify=False)
+        status = head.state.get("status")
+        if status in _IDLE and not has_unread(self.store, task_id, head.state):
+            return Outcome("stale", head.version, detail=f"task is {status}")
         if crashed is not None and message_of(crashed.worker) not in (None, SWEEPER):
+            state = runtime.load(task_id)
             note = crash_note(state, crashed.worker, self.settings.max_crashes)
             if note.kind == "dead_letter":
                 dead_letter(runtime, task_id, note)
@@ -271,7 +295,12 @@ class Advancer:
             detail = f"{sent} child message(s) sent"
             return Outcome("waiting_children", result.state.version, result.steps, detail)
         if result.stopped != "max_steps":
-            return Outcome(result.stopped, result.state.version, result.steps)
+            outcome = Outcome(result.stopped, result.state.version, result.steps)
+            if result.state.status.value in _ENDED:  # the final state names any parent
+                link = result.state.parent
+                parent = link.task_id if link is not None else None
+                outcome = replace(outcome, ended_here=True, parent=parent)
+            return outcome
         version = result.state.version
         # Enqueue while still holding the lease: never a moment without an owner. The
         # continuation names this holder, so it may take the lease over at once.
@@ -343,6 +372,20 @@ class Advancer:
         dead_letter(runtime, task_id, reason_to_fail(str(exc)))
         return Outcome("dead_letter", runtime.load(task_id).version, detail=str(exc))
 
+    def warm(self) -> None:
+        """Before the first message: read the allow-list (configuration, installed entry
+        points) and import the ``--agent`` agents, so that no message pays for them.
+
+        An agent that does not import is logged and left for its messages, which are
+        answered as before (``not_allowed``, the reason in the worker's log): one bad
+        reference must not keep the worker from the others."""
+        self.allows(None)
+        for ref in sorted(self.settings.agents):
+            try:
+                self._agent(ref)
+            except Exception as exc:  # any import error: its messages say it again
+                log.warning("agent %s did not import at start: %s", ref, exc)
+
     def allows(self, ref: str | None) -> bool:
         """Whether this worker may import the agent ``ref`` (a task's card names it)."""
         from skillstate.config import allowed_agents, load_config
@@ -350,9 +393,11 @@ class Advancer:
 
         if self._allowed is None:
             self._allowed = allowed_agents(load_config()) | self.settings.agents
+        if ref is None:
+            return False
         # A child kind with no reference of its own is imported through its parent's
         # (``parent#children.kind``, skillstate.fanout): the parent's is what is allowed.
-        return ref is not None and ref.partition(CHILD_REF)[0] in self._allowed
+        return ref.partition(CHILD_REF)[0] in self._allowed
 
     def _agent(self, ref: object) -> Agent[Any]:
         """The task's agent, imported only if the operator allowed its reference."""
@@ -383,6 +428,10 @@ _IDLE = frozenset(
 )
 """Statuses no message has anything to do for (a reply, an approval or a rejection
 enqueues a new message)."""
+
+_ENDED = frozenset(
+    {TaskStatus.COMPLETED.value, TaskStatus.FAILED.value, TaskStatus.CANCELLED.value}
+)
 
 _AT_REST = frozenset(
     {"waiting_user", "waiting_approval", "waiting", "waiting_children", "budget", "stalled"}

@@ -143,6 +143,7 @@ def serve(
     """
     _SERVING["advancer"] = advancer
     advancer.stopping = _STOPPING.is_set
+    advancer.warm()  # the allow-list and --agent imports: not on the first message
     settings = advancer.settings
     if settings.sweep_every > 0:
         Sweeper(

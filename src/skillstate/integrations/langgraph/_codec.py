@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any
+from typing import Any, cast
 
+import orjson
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from skillstate import _json
@@ -43,6 +44,7 @@ TAG = "$lg"
 """The key that marks an object as an encoded (or sealed) value rather than a dict."""
 
 SEALED = "sealed"
+_TAG_BYTES = b'"' + TAG.encode() + b'"'
 MAX_DEPTH = 32
 """Deeper JSON is stored through ``serde`` whole: keeps the walk (and the patch paths) short."""
 
@@ -84,15 +86,22 @@ class Codec:
         if kind is int:
             return value  # any size: msgpack itself stops at 64 bits
         if kind is str:
-            return value if _text_ok(value) else self._blob(value)
+            return value if value.isascii() or _text_ok(value) else self._blob(value)
         if kind is float:
             return value if math.isfinite(value) else self._blob(value)
         if depth >= MAX_DEPTH:
             return self._blob(value)
         if kind is list:
-            return [self._encode(item, depth + 1) for item in value]
-        if kind is dict and TAG not in value and all(type(k) is str and _text_ok(k) for k in value):
-            return {k: self._encode(v, depth + 1) for k, v in value.items()}
+            return [item if _plain_leaf(item) else self._encode(item, depth + 1) for item in value]
+        if kind is dict and TAG not in value:
+            # One pass (this runs on every put): a key that is not plain text sends
+            # the whole dict through ``serde`` instead, as if checked up front.
+            encoded: dict[str, Any] = {}
+            for key, item in value.items():
+                if type(key) is not str or not (key.isascii() or _text_ok(key)):
+                    return self._blob(value)
+                encoded[key] = item if _plain_leaf(item) else self._encode(item, depth + 1)
+            return encoded
         return self._blob(value)
 
     def _blob(self, value: Any) -> Any:
@@ -105,9 +114,29 @@ class Codec:
 
     def decode(self, stored: Any, channel: str | None = None) -> Any:
         """The value ``stored`` was encoded from (opened first when it is sealed)."""
-        if type(stored) is dict and stored.get(TAG) == SEALED:
+        kind = type(stored)
+        if kind is dict and stored.get(TAG) == SEALED:
             stored = _open(channel or "value", stored.get("token"))
+        elif kind is dict or kind is list:
+            copied = _plain_copy(stored)
+            if copied is not _NOT_PLAIN:
+                return copied
         return self._decode(stored)
+
+    def decode_values(self, stored: dict[str, Any]) -> dict[str, Any]:
+        """``{name: decode(value, name)}`` for many channels at once.
+
+        Stored values that hold no encoded or sealed object are plain JSON already:
+        they are copied in one orjson round trip (the caller may keep the store's
+        document, so what is returned must be its own), with no Python walk. The
+        test is on the serialized bytes: every tag is written as the key ``"$lg"``,
+        so bytes without it hold none (a string that merely contains it only takes
+        the slower path).
+        """
+        copied = _plain_copy(stored)
+        if copied is not _NOT_PLAIN:
+            return cast("dict[str, Any]", copied)
+        return {name: self.decode(value, name) for name, value in stored.items()}
 
     def _decode(self, stored: Any) -> Any:
         kind = type(stored)
@@ -123,6 +152,24 @@ class Codec:
         except (KeyError, TypeError, ValueError) as exc:
             raise Undecodable(f"stored {tag!r} value is not base64") from exc
         return self.serde.loads_typed((str(tag), data))
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_leaf(value: Any) -> bool:
+    """Whether ``value`` is stored as itself with no walk (the common leaves, inline)."""
+    kind = type(value)
+    return value is None or kind is int or kind is bool or (kind is str and value.isascii())
+
+
+def _plain_copy(stored: Any) -> Any:
+    """A copy of ``stored`` when it holds no tagged object, else ``_NOT_PLAIN``."""
+    try:
+        data = orjson.dumps(stored)
+    except TypeError:  # an integer beyond 64 bits: the Python walk keeps it exact
+        return _NOT_PLAIN
+    return _NOT_PLAIN if _TAG_BYTES in data else orjson.loads(data)
 
 
 def _text_ok(text: str) -> bool:

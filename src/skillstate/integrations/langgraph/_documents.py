@@ -281,11 +281,13 @@ def read_tuple(
         thread_id, ns = str(lg["thread_id"]), str(lg.get("checkpoint_ns") or "")
         checkpoint = cast("dict[str, Any]", codec.decode(doc["checkpoint"]))
         cid = str(checkpoint["id"])
-        checkpoint["channel_values"] = {
-            name: codec.decode(doc[CHANNEL + name], name)
-            for name in checkpoint.get("channel_versions", {})
-            if CHANNEL + name in doc
-        }
+        checkpoint["channel_values"] = codec.decode_values(
+            {
+                name: doc[CHANNEL + name]
+                for name in checkpoint.get("channel_versions", {})
+                if CHANNEL + name in doc
+            }
+        )
         metadata = codec.decode(doc.get("metadata")) or {}
         pending = [(str(r[0]), str(r[2]), codec.decode(r[3], str(r[2]))) for r in rows]
     except SecretKeyMissing:

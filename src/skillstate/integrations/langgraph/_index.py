@@ -66,9 +66,22 @@ class Index:
         self.seen = max(self.seen, version)
 
     def refresh(self, store: Store, task_id: str) -> None:
-        """Fold in the events committed since the last refresh (by anyone)."""
-        for event in store.events(task_id, since=self.seen):
-            self.apply(event.version, event.action)
+        """Fold in the events committed since the last refresh (by anyone).
+
+        The last event already folded in is asked for again: a store answers an empty
+        range by loading the task's head to tell "no new events" from "no task", and
+        the head can be far larger than one event (a growing transcript)."""
+        events = store.events(task_id, since=max(0, self.seen - 1))
+        if self.seen and (not events or events[0].version != self.seen):
+            # The version folded in last is gone: the task was deleted and made again.
+            self.seen = 0
+            self.puts.clear()
+            self.writes.clear()
+            self.runs.clear()
+            events = store.events(task_id)
+        for event in events:
+            if event.version > self.seen:
+                self.apply(event.version, event.action)
 
     def writes_version(self, cid: str) -> int | None:
         """The version whose document holds ``cid``'s complete pending writes."""

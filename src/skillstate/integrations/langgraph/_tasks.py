@@ -115,6 +115,53 @@ class TaskBook:
             raise StateCorrupted(task_id, version, f"its audit log says it holds checkpoint {cid}")
         return version, doc
 
+    def find(self, task_id: str, cid: str) -> tuple[int, Doc, list[Row]] | None:
+        """Checkpoint ``cid`` as ``(version, document, its pending writes)``, reading as
+        few versions as the index allows (``None``: no such checkpoint, or pruned).
+
+        The version that last changed ``cid``'s writes usually still holds ``cid``
+        itself (a superstep's writes are committed on its checkpoint), so one read
+        gives both; the head is read only when it is that version. Every read is
+        checked as always: the head against its checksum, an older version rebuilt
+        and checked against its own.
+        """
+        entry = self.entry(task_id)
+        if entry.loaded and checkpoint_id(entry.doc) == cid:
+            # Most likely still the head (the latest, named by id): one verified load,
+            # and its writes are on it.
+            version, head = self.head(task_id)
+            if head is not None and checkpoint_id(head) == cid:
+                return version, head, self.rows(task_id, cid, head)
+        try:
+            index = self.index(task_id)
+        except TaskNotFound:
+            return None
+        put = index.puts.get(cid)
+        last = index.writes_version(cid)
+        if put is None or last is None:
+            return None
+        newest = index.seen
+        written = self._at(task_id, last, newest)
+        if written is not None and checkpoint_id(written) == cid:
+            version, doc = last, written
+        else:
+            found = self._at(task_id, put, newest)
+            if found is None:
+                return None
+            if checkpoint_id(found) != cid:
+                raise StateCorrupted(task_id, put, f"its audit log says it holds checkpoint {cid}")
+            version, doc = put, found
+        rows = ((written or {}).get("writes") or {}).get(cid, [])
+        return version, doc, list(rows)
+
+    def _at(self, task_id: str, version: int, newest: int) -> Doc | None:
+        """The document of ``version``; the head is loaded (and verified) when it is."""
+        if version >= newest:
+            loaded, head = self.head(task_id)
+            if loaded == version and head is not None:
+                return head
+        return self.version(task_id, version)
+
     def rows(self, task_id: str, cid: str, head: Mapping[str, Any] | None) -> list[Row]:
         """The pending writes saved for checkpoint ``cid`` so far."""
         writes = (head or {}).get("writes") or {}

@@ -137,24 +137,24 @@ class SkillstateSaver(BaseCheckpointSaver[int]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``, else the thread's latest)."""
         task = self._task(config)
+        wanted = config["configurable"].get("checkpoint_id")
+        if wanted:
+            # A named checkpoint is found through the index: the head is not read
+            # unless it holds the checkpoint's writes (see TaskBook.find).
+            found = self._book.find(task, str(wanted))
+            return None if found is None else read_tuple(self._codec(), task, *found)
         version, head = self._book.head(task)
-        if head is None:
+        cid = latest_id(head)
+        if head is None or not cid:
             return None
-        cid = config["configurable"].get("checkpoint_id") or latest_id(head)
-        if not cid:
-            return None
-        return self._tuple(task, str(cid), version, head)
+        return self._tuple(task, cid, version, head)
 
     def _tuple(self, task: str, cid: str, version: int, head: Doc) -> CheckpointTuple | None:
-        if checkpoint_id(head) == cid:
-            doc: Doc = head
-        else:
-            found = self._book.locate(task, cid)
-            if found is None:
-                return None
-            version, doc = found
+        if checkpoint_id(head) != cid:
+            found = self._book.find(task, cid)
+            return None if found is None else read_tuple(self._codec(), task, *found)
         rows = self._book.rows(task, cid, head)
-        return read_tuple(self._codec(), task, version, doc, rows)
+        return read_tuple(self._codec(), task, version, head, rows)
 
     def list(
         self,
