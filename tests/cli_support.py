@@ -59,12 +59,23 @@ def start_cli(cwd: Path, *args: str) -> subprocess.Popen[bytes]:
     """
     with (cwd / "cli.out").open("w") as out, (cwd / "cli.err").open("w") as err:
         return subprocess.Popen(
-            [sys.executable, "-c", ENTRY, *args],
+            [sys.executable, "-c", AS_FROM_A_SHELL + ENTRY, *args],
             cwd=cwd,
             env=cli_env(cwd),
             stdout=out,
             stderr=err,
         )
+
+
+AS_FROM_A_SHELL = (
+    "import signal\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+)
+"""SIGINT and SIGTERM as a terminal's shell hands them to a command (Python's default
+handler, unblocked). A child inherits an ignored disposition and the signal mask of the
+thread that started it, and a test worker that ran other tests may have changed either:
+the command would then never see the Ctrl-C a test sends it."""
 
 
 def output(cwd: Path) -> tuple[str, str]:

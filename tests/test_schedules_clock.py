@@ -14,6 +14,8 @@ import logging
 import os
 import signal
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -274,3 +276,42 @@ class TestBeatTicks:
         assert stops == ["stopped after 1 sent"]
         assert [m.task_id for m in sent] == made(store)
         assert work(store, sent) == {made(store)[0]: "completed"}
+
+    def test_a_stop_signal_another_thread_receives_is_held_too(
+        self, app: Any, store: Store, tmp_path: Path
+    ) -> None:
+        """A process-directed signal may be handed to any thread that does not block it
+        (a store's pool or checkpoint thread); Python then runs the handler in the main
+        thread all the same. Held all the same: the tick is sent, then beat stops, and
+        no signal is left blocked for the processes started after it."""
+        clock = Clock(START)
+        register(store, tmp_path, clock, every=2)
+        stops: list[str] = []
+        parked = threading.Event()
+        other = threading.Thread(target=parked.wait, daemon=True)
+        other.start()
+
+        def stop(signum: int, frame: Any) -> None:
+            stops.append(f"stopped after {len(sent)} sent")
+            raise SystemExit()
+
+        class StoppedFromAnotherThread(Sent):
+            def __call__(self, message: Message) -> None:
+                signal.pthread_kill(other.ident or 0, signal.SIGTERM)
+                deadline = time.monotonic() + 2.0
+                while time.monotonic() < deadline and not stops:  # the handler's chance
+                    time.sleep(0.01)
+                self.append(message)
+
+        sent = StoppedFromAnotherThread()
+        beat = start_beat(app, store, clock, sent)
+        before = signal.signal(signal.SIGTERM, stop)
+        try:
+            with pytest.raises(SystemExit):
+                run_for(beat, clock, 3)
+        finally:
+            signal.signal(signal.SIGTERM, before)
+            parked.set()
+        assert stops == ["stopped after 1 sent"]
+        assert [m.task_id for m in sent] == made(store)
+        assert not signal.pthread_sigmask(signal.SIG_BLOCK, []) & {signal.SIGTERM, signal.SIGINT}

@@ -237,21 +237,34 @@ _STOPS = {signal.SIGTERM, signal.SIGINT}
 
 @contextmanager
 def _stops_held() -> Iterator[None]:
-    """SIGTERM and SIGINT held back for the block, delivered when it ends.
+    """SIGTERM and SIGINT held back for the block, handled when it ends.
 
     Celery beat's handlers raise ``SystemExit`` wherever the main thread is; held
     back, they land after the tick's send instead of between its commit and its
-    send. Only the main thread receives Python's signals, so elsewhere (an embedded
-    beat) there is nothing to hold. SIGKILL is never held: a hung broker still
-    yields to it, and the sweeper covers that case."""
+    send. The Python handlers are swapped for one that only notes the signal, and
+    the noted ones are raised again, to the handlers put back, once the block ends.
+    A signal mask would not do: it is per thread, and a process-directed signal
+    goes to any thread that does not block it (a store's pool or checkpoint thread),
+    after which Python runs the handler in the main thread all the same; and a mask
+    left blocked would be inherited by every process started after it. Only the main
+    thread runs Python's handlers, so elsewhere (an embedded beat) there is nothing
+    to hold. SIGKILL is never held: a hung broker still yields to it, and the
+    sweeper covers that case."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    noted: list[int] = []
+    previous: dict[int, Any] = {}
     try:
+        for stop in _STOPS:
+            previous[stop] = signal.signal(stop, lambda signum, frame: noted.append(signum))
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        for held, handler in previous.items():
+            # None: a handler not installed from Python; the default is what it did.
+            signal.signal(held, handler if handler is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)  # to the handler just put back, as if it came now
 
 
 def run_beat(
